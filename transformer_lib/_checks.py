@@ -1,0 +1,83 @@
+"""Input validation shared by every module: errors that name the argument and its allowed range."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+
+def check_int(name: str, value, *, low: int | None = None, high: int | None = None) -> None:
+    """Raise unless ``low <= value <= high`` for an ``int`` (bools are rejected)."""
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
+    if (low is not None and value < low) or (high is not None and value > high):
+        lo = "-inf" if low is None else low
+        hi = "inf" if high is None else high
+        raise ValueError(f"{name} must be in [{lo}, {hi}], got {value}")
+
+
+def check_prob(name: str, value: float, *, allow_one: bool = False) -> None:
+    """A dropout-style probability in [0, 1) (or [0, 1] with ``allow_one``)."""
+    ok = 0.0 <= value <= 1.0 if allow_one else 0.0 <= value < 1.0
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not ok:
+        raise ValueError(f"{name} must be in [0, {'1]' if allow_one else '1)'}, got {value!r}")
+
+
+def check_choice(name: str, value, choices) -> None:
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {sorted(choices)}, got {value!r}")
+
+
+def check_divisible(d_model: int, n_heads: int) -> None:
+    if d_model % n_heads != 0:
+        raise ValueError(
+            f"d_model ({d_model}) must be divisible by n_heads ({n_heads}): "
+            f"each head gets d_model / n_heads dimensions"
+        )
+
+
+def check_token_ids(name: str, ids: Tensor, vocab_size: int, n_ctx: int | None = None, offset: int = 0) -> None:
+    """``ids`` must be an integer ``(batch, seq)`` tensor of ids in ``[0, vocab_size)``.
+
+    ``offset`` is the number of positions already in a KV cache; ``offset + seq`` must fit in ``n_ctx``.
+    """
+    if not isinstance(ids, Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor of token ids, got {type(ids).__name__}")
+    if ids.dtype not in (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8):
+        raise TypeError(f"{name} must hold integer token ids (torch.long), got dtype {ids.dtype}")
+    if ids.dim() != 2:
+        raise ValueError(f"{name} must have shape (batch, seq), got shape {tuple(ids.shape)}")
+    if ids.shape[1] == 0:
+        raise ValueError(f"{name} must contain at least one token, got shape {tuple(ids.shape)}")
+    if n_ctx is not None and offset + ids.shape[1] > n_ctx:
+        where = f" ({offset} cached + {ids.shape[1]} new)" if offset else ""
+        raise ValueError(
+            f"sequence length {offset + ids.shape[1]}{where} is longer than the context: "
+            f"{name} may have at most n_ctx={n_ctx} positions; crop the input to its last {n_ctx} tokens"
+        )
+    if ids.numel():
+        lo, hi = torch.aminmax(ids)
+        lo, hi = int(lo), int(hi)
+        if lo < 0 or hi >= vocab_size:
+            bad = lo if lo < 0 else hi
+            raise ValueError(f"{name} contains token id {bad}, outside the vocabulary [0, {vocab_size - 1}]")
+
+
+def check_padding_mask(name: str, mask: Tensor | None, shape: tuple[int, int]) -> Tensor | None:
+    """A ``(batch, seq)`` padding mask: bool, or integers 0/1 as Hugging Face tokenizers return.
+
+    Returns it as bool (True = real token) or None.
+    """
+    if mask is None:
+        return None
+    if not isinstance(mask, Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(mask).__name__}")
+    if mask.is_floating_point() or mask.is_complex():
+        raise TypeError(f"{name} must be bool or integer (1 = token, 0 = padding), got dtype {mask.dtype}")
+    if tuple(mask.shape) != tuple(shape):
+        raise ValueError(f"{name} must have shape (batch, seq) = {tuple(shape)}, got {tuple(mask.shape)}")
+    if mask.dtype != torch.bool:
+        if ((mask != 0) & (mask != 1)).any():
+            raise ValueError(f"{name} must contain only 0 (padding) and 1 (token)")
+        mask = mask.bool()
+    return mask

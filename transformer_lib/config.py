@@ -1,0 +1,84 @@
+"""The settings every model shares, validated once.
+
+``GPT2Config``, ``BERTConfig`` and ``EncoderDecoderConfig`` extend :class:`TransformerConfig`
+with their own defaults. Any of them can swap the parts taught in part I: ``norm="rmsnorm"``,
+``positional="rope"``, ``ffn="swiglu"`` (chapter 10 builds a LLaMA-style decoder this way).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from ._checks import check_choice, check_divisible, check_int, check_prob
+from .layers.block import NORM_POSITIONS
+from .layers.feedforward import FFN_KINDS
+from .layers.normalization import NORMS
+from .layers.positions import POSITIONALS
+
+
+@dataclass
+class TransformerConfig:
+    vocab_size: int = 50257
+    n_ctx: int = 1024  # longest sequence the model accepts (the context window)
+    d_model: int = 768
+    n_layers: int = 12
+    n_heads: int = 12
+    d_ff: int | None = None  # None: 4 * d_model, or 8/3 * d_model rounded up for swiglu/geglu
+    ffn: str = "gelu_tanh"  # relu | gelu | gelu_tanh | silu | swiglu | geglu
+    ffn_multiple_of: int = 64  # rounding of the gated FFN's hidden size
+    norm: str = "layernorm"  # layernorm | rmsnorm
+    norm_position: str = "pre"  # pre | post
+    norm_eps: float = 1e-5
+    positional: str = "learned"  # learned | sinusoidal | rope | none
+    rope_base: float = 10000.0
+    dropout: float = 0.0
+    bias: bool = True  # biases in the linear layers and LayerNorms
+    tie_weights: bool = True  # output head shares the token embedding's tensor
+    init_std: float = 0.02
+    use_sdpa: bool = False  # fused F.scaled_dot_product_attention instead of the explicit path
+
+    def __post_init__(self) -> None:
+        for name in ("vocab_size", "n_ctx", "d_model", "n_layers", "n_heads", "ffn_multiple_of"):
+            check_int(name, getattr(self, name), low=1)
+        if self.d_ff is not None:
+            check_int("d_ff", self.d_ff, low=1)
+        check_divisible(self.d_model, self.n_heads)
+        check_choice("ffn", self.ffn, FFN_KINDS)
+        check_choice("norm", self.norm, NORMS)
+        check_choice("norm_position", self.norm_position, NORM_POSITIONS)
+        check_choice("positional", self.positional, POSITIONALS)
+        check_prob("dropout", self.dropout)
+        if not self.norm_eps > 0:
+            raise ValueError(f"norm_eps must be > 0, got {self.norm_eps}")
+        if not self.init_std > 0:
+            raise ValueError(f"init_std must be > 0, got {self.init_std}")
+        if self.positional == "rope" and self.d_head % 2:
+            raise ValueError(
+                f"positional='rope' rotates pairs of features, so d_model / n_heads must be even, "
+                f"got d_head={self.d_head} (d_model={self.d_model}, n_heads={self.n_heads})"
+            )
+        if self.positional == "sinusoidal" and self.d_model % 2:
+            raise ValueError(f"positional='sinusoidal' needs an even d_model, got {self.d_model}")
+
+    @property
+    def d_head(self) -> int:
+        return self.d_model // self.n_heads
+
+    def block_kwargs(self) -> dict:
+        """Keyword arguments for :class:`~transformer_lib.layers.block.TransformerBlock` / ``DecoderBlock``."""
+        return dict(
+            d_model=self.d_model,
+            n_heads=self.n_heads,
+            d_ff=self.d_ff,
+            norm=self.norm,
+            norm_position=self.norm_position,
+            norm_eps=self.norm_eps,
+            ffn=self.ffn,
+            ffn_multiple_of=self.ffn_multiple_of,
+            dropout=self.dropout,
+            bias=self.bias,
+            use_sdpa=self.use_sdpa,
+        )
+
+    def to_dict(self) -> dict:
+        return asdict(self)

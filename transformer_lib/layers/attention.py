@@ -1,0 +1,224 @@
+"""Scaled dot-product attention and multi-head attention (bidirectional, causal, cross).
+
+Taught in chapter 2, *Attention* (``book/02_attention.ipynb``).
+
+    Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k) + mask) V
+
+Two code paths give the same numbers: the explicit one below, which the book reads and which
+returns the attention weights, and PyTorch's fused ``F.scaled_dot_product_attention``
+(``use_sdpa=True``), which is faster and never materialises the weights.
+"""
+
+from __future__ import annotations
+
+import math
+from contextlib import contextmanager
+from typing import Iterator
+
+import torch
+import torch.nn.functional as F
+from einops import rearrange
+from torch import Tensor, nn
+
+from .._checks import check_choice, check_divisible, check_int, check_prob
+from .kv_cache import LayerKVCache
+from .masks import causal_mask, combine_masks
+
+ATTENTION_KINDS = ("bidirectional", "causal", "cross")
+
+
+def check_attn_mask(mask: Tensor | None, scores_shape: tuple[int, ...], name: str = "mask") -> None:
+    """``mask`` must be bool and broadcast to ``scores_shape`` = ``(..., seq_q, seq_k)``."""
+    if mask is None:
+        return
+    if not isinstance(mask, Tensor):
+        raise TypeError(f"{name} must be a bool torch.Tensor, got {type(mask).__name__}")
+    if mask.dtype != torch.bool:
+        raise TypeError(
+            f"{name} must have dtype torch.bool (True = may attend), got {mask.dtype}; "
+            f"for a 0/1 padding mask use padding_mask(attention_mask)"
+        )
+    try:
+        ok = torch.broadcast_shapes(mask.shape, scores_shape) == torch.Size(scores_shape)
+    except RuntimeError:
+        ok = False
+    if not ok or mask.dim() > len(scores_shape):
+        raise ValueError(
+            f"{name} of shape {tuple(mask.shape)} does not broadcast to the attention scores' shape "
+            f"{tuple(scores_shape)} = (batch, n_heads, seq_q, seq_k); allowed: (seq_q, seq_k), "
+            f"(batch, 1, seq_q, seq_k), (batch, 1, 1, seq_k), ..."
+        )
+
+
+def scaled_dot_product_attention(
+    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, dropout_p: float = 0.0
+) -> tuple[Tensor, Tensor]:
+    """Attention written out step by step.
+
+    Args:
+        q: ``(..., seq_q, d_k)`` queries.
+        k: ``(..., seq_k, d_k)`` keys.
+        v: ``(..., seq_k, d_v)`` values.
+        mask: bool, broadcastable to ``(..., seq_q, seq_k)``; True = may attend.
+        dropout_p: dropout on the attention weights (pass 0.0 in eval mode).
+
+    Returns:
+        ``(output, weights)``: ``(..., seq_q, d_v)`` and the softmax weights ``(..., seq_q, seq_k)``
+        (before dropout). A query whose keys are all masked gets zero weights and a zero output,
+        as in ``F.scaled_dot_product_attention``, instead of NaN.
+    """
+    if q.shape[-1] != k.shape[-1]:
+        raise ValueError(f"q and k must have the same last dimension d_k, got {q.shape[-1]} and {k.shape[-1]}")
+    if k.shape[-2] != v.shape[-2]:
+        raise ValueError(f"k and v must have the same number of positions, got {k.shape[-2]} and {v.shape[-2]}")
+    check_attn_mask(mask, (*torch.broadcast_shapes(q.shape[:-2], k.shape[:-2]), q.shape[-2], k.shape[-2]))
+    d_k = q.shape[-1]
+    scores = q @ k.transpose(-2, -1) / math.sqrt(d_k)  # (..., seq_q, seq_k)
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = scores.softmax(dim=-1)
+    if mask is not None:
+        # softmax over a row of -inf is NaN; a query with nothing to attend to reads nothing
+        weights = weights.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)
+    dropped = F.dropout(weights, p=dropout_p) if dropout_p > 0 else weights
+    return dropped @ v, weights
+
+
+class MultiHeadAttention(nn.Module):
+    """Multi-head attention: ``n_heads`` attentions of width ``d_head = d_model / n_heads`` in parallel.
+
+    Defined in chapter 2, *Attention*.
+
+    ``kind`` selects the flavour:
+
+    * ``"bidirectional"``: every position sees every other (BERT, the encoder);
+    * ``"causal"``: position ``i`` sees positions ``<= i`` (GPT, the decoder);
+    * ``"cross"``: queries come from ``x``, keys and values from ``context`` (the encoder output).
+
+    ``W_Q``, ``W_K``, ``W_V`` project all heads at once (``d_model -> n_heads * d_head``);
+    ``W_O`` mixes the concatenated heads back to ``d_model``.
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        *,
+        kind: str = "bidirectional",
+        d_context: int | None = None,
+        dropout: float = 0.0,
+        bias: bool = True,
+        rope: nn.Module | None = None,
+        use_sdpa: bool = False,
+    ) -> None:
+        super().__init__()
+        check_int("d_model", d_model, low=1)
+        check_int("n_heads", n_heads, low=1)
+        check_divisible(d_model, n_heads)
+        check_choice("kind", kind, ATTENTION_KINDS)
+        check_prob("dropout", dropout)
+        if d_context is not None and kind != "cross":
+            raise ValueError(f"d_context is only used by kind='cross', got kind={kind!r}")
+        if rope is not None and kind == "cross":
+            raise ValueError("rope is not applied in cross-attention: queries and keys come from different sequences")
+        d_context = d_model if d_context is None else d_context
+        check_int("d_context", d_context, low=1)
+        if rope is not None and rope.head_dim != d_model // n_heads:
+            raise ValueError(f"rope.head_dim ({rope.head_dim}) must equal d_model / n_heads ({d_model // n_heads})")
+        self.d_model, self.n_heads, self.d_head = d_model, n_heads, d_model // n_heads
+        self.kind, self.dropout, self.use_sdpa = kind, dropout, use_sdpa
+        self.W_Q = nn.Linear(d_model, d_model, bias=bias)
+        self.W_K = nn.Linear(d_context, d_model, bias=bias)
+        self.W_V = nn.Linear(d_context, d_model, bias=bias)
+        self.W_O = nn.Linear(d_model, d_model, bias=bias)
+        self.rope = rope
+        self._capture: tuple[dict, str] | None = None  # set by capture_attention()
+
+    def forward(
+        self,
+        x: Tensor,
+        context: Tensor | None = None,
+        mask: Tensor | None = None,
+        kv_cache: LayerKVCache | None = None,
+    ) -> Tensor:
+        """
+        Args:
+            x: ``(batch, seq_q, d_model)``.
+            context: ``(batch, seq_k, d_context)``; required for ``kind="cross"``, else must be None.
+            mask: bool, broadcastable to ``(batch, n_heads, seq_q, seq_k)``; True = may attend.
+                Combined with the causal mask for ``kind="causal"``.
+            kv_cache: keys/values of earlier positions (causal only); updated in place.
+
+        Returns:
+            ``(batch, seq_q, d_model)``.
+        """
+        if not isinstance(x, Tensor) or x.dim() != 3 or x.shape[-1] != self.d_model:
+            shape = tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__
+            raise ValueError(f"x must have shape (batch, seq, d_model={self.d_model}), got {shape}")
+        if self.kind == "cross":
+            if context is None:
+                raise ValueError("cross-attention needs a context: pass context=(batch, seq_k, d_context)")
+            if context.dim() != 3 or context.shape[0] != x.shape[0] or context.shape[-1] != self.W_K.in_features:
+                raise ValueError(
+                    f"context must have shape (batch={x.shape[0]}, seq_k, d_context={self.W_K.in_features}), "
+                    f"got {tuple(context.shape)}"
+                )
+        elif context is not None:
+            raise ValueError(f"context is only used by kind='cross', got kind={self.kind!r}")
+        if kv_cache is not None and self.kind != "causal":
+            raise ValueError(f"a KV cache only makes sense for kind='causal', got kind={self.kind!r}")
+
+        source = x if context is None else context
+        # (batch, seq, n_heads * d_head) -> (batch, n_heads, seq, d_head)
+        q = rearrange(self.W_Q(x), "b s (h d) -> b h s d", h=self.n_heads)
+        k = rearrange(self.W_K(source), "b s (h d) -> b h s d", h=self.n_heads)
+        v = rearrange(self.W_V(source), "b s (h d) -> b h s d", h=self.n_heads)
+
+        offset = 0 if kv_cache is None else kv_cache.seq_len
+        if self.rope is not None:
+            q, k = self.rope(q, offset=offset), self.rope(k, offset=offset)
+        if kv_cache is not None:
+            k, v = kv_cache.update(k, v)
+
+        seq_q, seq_k = q.shape[-2], k.shape[-2]
+        check_attn_mask(mask, (x.shape[0], self.n_heads, seq_q, seq_k))
+        dropout_p = self.dropout if self.training else 0.0
+        if self.use_sdpa and self._capture is None:
+            if self.kind == "causal" and mask is None and seq_q == seq_k:
+                out = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True)
+            else:
+                causal = causal_mask(seq_q, seq_k, x.device) if self.kind == "causal" else None
+                out = F.scaled_dot_product_attention(q, k, v, attn_mask=combine_masks(mask, causal), dropout_p=dropout_p)
+        else:
+            causal = causal_mask(seq_q, seq_k, x.device) if self.kind == "causal" else None
+            out, weights = scaled_dot_product_attention(q, k, v, combine_masks(mask, causal), dropout_p)
+            if self._capture is not None:
+                store, name = self._capture
+                store[name] = weights.detach()
+        return self.W_O(rearrange(out, "b h s d -> b s (h d)"))
+
+
+@contextmanager
+def capture_attention(model: nn.Module) -> Iterator[dict[str, Tensor]]:
+    """Record the attention weights of every :class:`MultiHeadAttention` in ``model``.
+
+    Defined in chapter 2, *Attention*::
+
+        with capture_attention(model) as maps:
+            model(tokens)
+        maps["blocks.0.attn"]  # (batch, n_heads, seq_q, seq_k)
+
+    Keys are module names in forward order. While capturing, the explicit attention path runs
+    (the fused one never forms the weights); outside the ``with`` nothing is stored.
+    """
+    modules = [(n, m) for n, m in model.named_modules() if isinstance(m, MultiHeadAttention)]
+    if not modules:
+        raise ValueError(f"{type(model).__name__} contains no MultiHeadAttention module to capture")
+    maps: dict[str, Tensor] = {}
+    for name, module in modules:
+        module._capture = (maps, name)
+    try:
+        yield maps
+    finally:
+        for _, module in modules:
+            module._capture = None

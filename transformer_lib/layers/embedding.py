@@ -1,0 +1,31 @@
+"""Token embeddings: a lookup table from token id to vector.
+
+Taught in chapter 1, *Tokens, embeddings and logits* (``book/01_tokens.ipynb``).
+
+Looking up row ``i`` of ``weight`` is the same as multiplying a one-hot vector by it; the
+output head does the reverse, ``logits = x @ weight.T``, which is why the two can share
+one tensor (chapter 6, *Weight tying*).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from .._checks import check_int, check_token_ids
+
+
+class TokenEmbedding(nn.Module):
+    """``weight[ids]`` with a clear error for ids outside the vocabulary. Defined in chapter 1."""
+
+    def __init__(self, vocab_size: int, d_model: int) -> None:
+        super().__init__()
+        check_int("vocab_size", vocab_size, low=1)
+        check_int("d_model", d_model, low=1)
+        self.vocab_size, self.d_model = vocab_size, d_model
+        self.weight = nn.Parameter(torch.randn(vocab_size, d_model) * 0.02)
+
+    def forward(self, ids: Tensor) -> Tensor:
+        """``(batch, seq)`` token ids -> ``(batch, seq, d_model)`` vectors."""
+        check_token_ids("input_ids", ids, self.vocab_size)
+        return self.weight[ids]

@@ -1,0 +1,110 @@
+"""Positional information: sinusoidal encodings, learned embeddings, rotary embeddings (RoPE).
+
+Taught in chapter 5, *Positional encodings* (``book/05_positions.ipynb``).
+
+Attention alone is permutation-equivariant: shuffle the tokens and the outputs shuffle the
+same way. Sinusoidal and learned encodings *add* a position vector to each token embedding;
+RoPE instead *rotates* queries and keys so that their dot product depends only on the
+offset between positions.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from .._checks import check_int
+
+POSITIONALS = ("learned", "sinusoidal", "rope", "none")
+
+
+def _check_positions(seq_len: int, offset: int, n_positions: int) -> None:
+    check_int("seq_len", seq_len, low=1)
+    check_int("offset", offset, low=0)
+    if offset + seq_len > n_positions:
+        raise ValueError(
+            f"positions {offset}..{offset + seq_len - 1} are outside the table: "
+            f"offset + seq_len must be at most n_positions={n_positions}"
+        )
+
+
+def sinusoidal_encoding(n_positions: int, d_model: int, base: float = 10000.0) -> Tensor:
+    """``(n_positions, d_model)`` table of Vaswani et al. (2017):
+
+    ``PE[pos, 2i] = sin(pos / base^(2i/d_model))``, ``PE[pos, 2i+1] = cos(pos / base^(2i/d_model))``.
+    """
+    check_int("n_positions", n_positions, low=1)
+    check_int("d_model", d_model, low=2)
+    if d_model % 2:
+        raise ValueError(f"d_model must be even for sinusoidal encodings (sin/cos pairs), got {d_model}")
+    pos = torch.arange(n_positions, dtype=torch.float64)[:, None]
+    freq = base ** (-torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)  # (d_model/2,)
+    pe = torch.zeros(n_positions, d_model, dtype=torch.float64)
+    pe[:, 0::2] = torch.sin(pos * freq)
+    pe[:, 1::2] = torch.cos(pos * freq)
+    return pe.float()
+
+
+class SinusoidalPositionalEncoding(nn.Module):
+    """Fixed sin/cos position vectors, added to token embeddings. Defined in chapter 5."""
+
+    def __init__(self, n_positions: int, d_model: int, base: float = 10000.0) -> None:
+        super().__init__()
+        self.n_positions, self.d_model = n_positions, d_model
+        # non-persistent: recomputed from the formula, not saved in checkpoints
+        self.register_buffer("pe", sinusoidal_encoding(n_positions, d_model, base), persistent=False)
+
+    def forward(self, seq_len: int, offset: int = 0) -> Tensor:
+        """``(seq_len, d_model)`` encodings of positions ``offset .. offset + seq_len - 1``."""
+        _check_positions(seq_len, offset, self.n_positions)
+        return self.pe[offset : offset + seq_len]
+
+
+class LearnedPositionalEmbedding(nn.Module):
+    """One trained vector per position (GPT-2, BERT). Defined in chapter 5."""
+
+    def __init__(self, n_positions: int, d_model: int) -> None:
+        super().__init__()
+        check_int("n_positions", n_positions, low=1)
+        check_int("d_model", d_model, low=1)
+        self.n_positions, self.d_model = n_positions, d_model
+        self.weight = nn.Parameter(torch.randn(n_positions, d_model) * 0.02)
+
+    def forward(self, seq_len: int, offset: int = 0) -> Tensor:
+        """``(seq_len, d_model)`` embeddings of positions ``offset .. offset + seq_len - 1``."""
+        _check_positions(seq_len, offset, self.n_positions)
+        return self.weight[offset : offset + seq_len]
+
+
+class RotaryEmbedding(nn.Module):
+    """Rotary position embedding (Su et al. 2021), applied to queries and keys. Defined in chapter 5.
+
+    Each pair of features ``(x[2i], x[2i+1])`` at position ``m`` is rotated by the angle
+    ``m * theta_i`` with ``theta_i = base^(-2i/head_dim)``. Rotating ``q`` by ``m`` and ``k`` by
+    ``n`` makes ``q . k`` a function of ``m - n`` only. (Hugging Face's LLaMA pairs feature
+    ``i`` with ``i + head_dim/2`` instead: the same rotation on permuted features.)
+    """
+
+    def __init__(self, head_dim: int, n_positions: int, base: float = 10000.0) -> None:
+        super().__init__()
+        check_int("head_dim", head_dim, low=2)
+        check_int("n_positions", n_positions, low=1)
+        if head_dim % 2:
+            raise ValueError(f"RoPE rotates pairs of features, so head_dim must be even, got {head_dim}")
+        self.head_dim, self.n_positions, self.base = head_dim, n_positions, base
+        theta = base ** (-torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)  # (head_dim/2,)
+        angles = torch.outer(torch.arange(n_positions, dtype=torch.float64), theta)  # (n_positions, head_dim/2)
+        self.register_buffer("cos", angles.cos().float(), persistent=False)
+        self.register_buffer("sin", angles.sin().float(), persistent=False)
+
+    def forward(self, x: Tensor, offset: int = 0) -> Tensor:
+        """Rotate ``x``: ``(..., seq, head_dim)``, whose positions are ``offset .. offset + seq - 1``."""
+        if x.shape[-1] != self.head_dim:
+            raise ValueError(f"expected last dimension head_dim={self.head_dim}, got shape {tuple(x.shape)}")
+        seq_len = x.shape[-2]
+        _check_positions(seq_len, offset, self.n_positions)
+        cos = self.cos[offset : offset + seq_len].to(x.dtype)  # (seq, head_dim/2)
+        sin = self.sin[offset : offset + seq_len].to(x.dtype)
+        x1, x2 = x[..., 0::2], x[..., 1::2]  # the two coordinates of each 2-D pair
+        rotated = torch.stack((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1)  # (..., seq, head_dim/2, 2)
+        return rotated.flatten(-2)

@@ -1,0 +1,42 @@
+"""Language-modelling losses.
+
+Taught in chapter 1, *Tokens, embeddings and logits* (cross-entropy over the vocabulary),
+chapter 7, *GPT-2* (causal LM) and chapter 8, *BERT* (masked LM).
+"""
+
+from __future__ import annotations
+
+import torch.nn.functional as F
+from torch import Tensor
+
+IGNORE_INDEX = -100  # label value that contributes nothing to the loss (as in PyTorch and Hugging Face)
+
+
+def causal_lm_loss(logits: Tensor, targets: Tensor) -> Tensor:
+    """Mean cross-entropy of predicting ``targets`` from ``logits``.
+
+    Args:
+        logits: ``(batch, seq, vocab)``, the model's output at each position.
+        targets: ``(batch, seq)``, the *next* token at each position, i.e. the inputs shifted
+            left by one (``inputs = tokens[:, :-1]``, ``targets = tokens[:, 1:]``);
+            ``IGNORE_INDEX`` where there is nothing to predict.
+    """
+    if logits.dim() != 3 or targets.shape != logits.shape[:2]:
+        raise ValueError(
+            f"logits must be (batch, seq, vocab) and targets (batch, seq); "
+            f"got {tuple(logits.shape)} and {tuple(targets.shape)}"
+        )
+    return F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), ignore_index=IGNORE_INDEX)
+
+
+def masked_lm_loss(logits: Tensor, labels: Tensor) -> Tensor:
+    """Cross-entropy at the masked positions only.
+
+    ``logits``: ``(n_masked, vocab)`` (from ``BERT(..., masked_positions=...)``), ``labels``:
+    ``(n_masked,)`` the original tokens there.
+    """
+    if logits.dim() != 2 or labels.shape != logits.shape[:1]:
+        raise ValueError(
+            f"logits must be (n_masked, vocab) and labels (n_masked,); got {tuple(logits.shape)} and {tuple(labels.shape)}"
+        )
+    return F.cross_entropy(logits.float(), labels)

@@ -1,0 +1,258 @@
+"""BERT: a bidirectional encoder trained by masked-language modelling.
+
+Taught in chapter 8, *BERT* (``book/08_bert.ipynb``).
+
+    tokens -> token + position (+ token-type) embeddings -> [norm] -> n_layers x TransformerBlock(bidirectional)
+           -> [final norm] -> MLM head at the masked positions only -> logits
+
+The defaults are the *original* BERT-base (post-norm, learned positions, token types,
+embedding LayerNorm, MLM head transform). :meth:`BERTConfig.cramming` gives a modern
+Cramming-style BERT (Geiping & Goldstein 2022): pre-norm, no token types, no biases.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+
+from .._checks import check_int, check_padding_mask, check_token_ids
+from ..config import TransformerConfig
+from ..init import init_weights_
+from ..layers.block import TransformerBlock
+from ..layers.embedding import TokenEmbedding
+from ..layers.feedforward import ACTIVATIONS
+from ..layers.masks import padding_mask
+from ..layers.normalization import make_norm
+from ..losses import IGNORE_INDEX, masked_lm_loss
+from ._hub import load_hf_model
+from .gpt2 import make_positions
+
+
+@dataclass
+class BERTConfig(TransformerConfig):
+    """BERT-base by default (110M parameters). Defined in chapter 8."""
+
+    vocab_size: int = 30522
+    n_ctx: int = 512
+    d_model: int = 768
+    n_layers: int = 12
+    n_heads: int = 12
+    ffn: str = "gelu"
+    norm_position: str = "post"
+    norm_eps: float = 1e-12
+    type_vocab_size: int = 2  # 0: no token-type (segment) embeddings
+    embedding_norm: bool = True  # LayerNorm after summing the embeddings
+    mlm_transform: bool = True  # dense + activation + norm before the vocabulary projection
+    pad_token_id: int = 0
+    mask_token_id: int = 103
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_int("type_vocab_size", self.type_vocab_size, low=0)
+        check_int("pad_token_id", self.pad_token_id, low=0, high=self.vocab_size - 1)
+        check_int("mask_token_id", self.mask_token_id, low=0, high=self.vocab_size - 1)
+
+    @classmethod
+    def cramming(cls, **overrides) -> "BERTConfig":
+        """A modern BERT recipe: pre-norm, no token types, no biases, sinusoidal positions by default."""
+        settings = dict(
+            norm_position="pre", type_vocab_size=0, bias=False, norm_eps=1e-12, positional="sinusoidal"
+        )
+        return cls(**{**settings, **overrides})
+
+
+class MLMHead(nn.Module):
+    """Hidden state -> vocabulary logits. The decoder weight is tied to the token embedding."""
+
+    def __init__(self, config: BERTConfig) -> None:
+        super().__init__()
+        self.activation = config.ffn if config.ffn in ACTIVATIONS else "gelu"
+        self.dense = nn.Linear(config.d_model, config.d_model, bias=config.bias) if config.mlm_transform else None
+        self.norm = make_norm(config.norm, config.d_model, config.norm_eps, config.bias) if config.mlm_transform else None
+        self.decoder = nn.Linear(config.d_model, config.vocab_size, bias=config.bias)
+
+    def forward(self, h: Tensor) -> Tensor:
+        """``(..., d_model) -> (..., vocab_size)``."""
+        if self.dense is not None:
+            h = self.norm(ACTIVATIONS[self.activation](self.dense(h)))
+        return self.decoder(h)
+
+
+class BERT(nn.Module):
+    """Bidirectional encoder with a masked-LM head. Defined in chapter 8."""
+
+    def __init__(self, config: BERTConfig) -> None:
+        super().__init__()
+        if not isinstance(config, BERTConfig):
+            raise TypeError(f"config must be a BERTConfig, got {type(config).__name__}")
+        self.config = config
+        d = config.d_model
+        self.token_embedding = TokenEmbedding(config.vocab_size, d)
+        self.position_embedding, self.rope = make_positions(config)
+        self.token_type_embedding = TokenEmbedding(config.type_vocab_size, d) if config.type_vocab_size else None
+        self.embedding_norm = make_norm(config.norm, d, config.norm_eps, config.bias) if config.embedding_norm else nn.Identity()
+        self.drop = nn.Dropout(config.dropout)
+        self.blocks = nn.ModuleList(
+            TransformerBlock(**config.block_kwargs(), attn_kind="bidirectional", rope=self.rope) for _ in range(config.n_layers)
+        )
+        self.norm_f = make_norm(config.norm, d, config.norm_eps, config.bias) if config.norm_position == "pre" else nn.Identity()
+        self.mlm_head = MLMHead(config)
+        init_weights_(self, std=config.init_std)  # BERT: N(0, 0.02) everywhere, no depth scaling
+        if config.tie_weights:
+            self.mlm_head.decoder.weight = self.token_embedding.weight
+
+    def encode(
+        self, input_ids: Tensor, attention_mask: Tensor | None = None, token_type_ids: Tensor | None = None
+    ) -> Tensor:
+        """``(batch, seq)`` ids -> ``(batch, seq, d_model)`` contextual vectors.
+
+        ``attention_mask``: ``(batch, seq)``, 1 = token, 0 = padding (padded keys are hidden).
+        ``token_type_ids``: ``(batch, seq)`` segment ids (sentence A = 0, B = 1); default all 0.
+        """
+        check_token_ids("input_ids", input_ids, self.config.vocab_size, self.config.n_ctx)
+        mask = check_padding_mask("attention_mask", attention_mask, tuple(input_ids.shape))
+        x = self.token_embedding(input_ids)
+        if self.position_embedding is not None:
+            x = x + self.position_embedding(input_ids.shape[1])
+        if self.token_type_embedding is not None:
+            if token_type_ids is None:
+                token_type_ids = torch.zeros_like(input_ids)
+            elif token_type_ids.shape != input_ids.shape:
+                raise ValueError(
+                    f"token_type_ids must have the shape of input_ids {tuple(input_ids.shape)}, got {tuple(token_type_ids.shape)}"
+                )
+            x = x + self.token_type_embedding(token_type_ids)
+        elif token_type_ids is not None:
+            raise ValueError("token_type_ids given, but this BERT has no token-type embeddings (type_vocab_size=0)")
+        x = self.drop(self.embedding_norm(x))
+        mask = padding_mask(mask) if mask is not None else None
+        for block in self.blocks:
+            x = block(x, mask=mask)
+        return self.norm_f(x)
+
+    def forward(
+        self,
+        input_ids: Tensor,
+        attention_mask: Tensor | None = None,
+        token_type_ids: Tensor | None = None,
+        masked_positions: Tensor | None = None,
+    ) -> Tensor:
+        """MLM logits: ``(batch, seq, vocab)``, or ``(n_masked, vocab)`` at the True entries of the
+        bool ``masked_positions`` ``(batch, seq)``, which skips the head's work everywhere else."""
+        h = self.encode(input_ids, attention_mask, token_type_ids)
+        if masked_positions is not None:
+            if masked_positions.dtype != torch.bool:
+                raise TypeError(f"masked_positions must be a bool tensor, got dtype {masked_positions.dtype}")
+            if masked_positions.shape != input_ids.shape:
+                raise ValueError(
+                    f"masked_positions must have the shape of input_ids {tuple(input_ids.shape)}, got {tuple(masked_positions.shape)}"
+                )
+            h = h[masked_positions]  # (n_masked, d_model)
+        return self.mlm_head(h)
+
+    def mlm_loss(
+        self,
+        input_ids: Tensor,
+        labels: Tensor,
+        attention_mask: Tensor | None = None,
+        token_type_ids: Tensor | None = None,
+    ) -> Tensor:
+        """Masked-LM loss. ``labels``: ``(batch, seq)``, the original token where the input was
+        masked and ``IGNORE_INDEX`` (-100) elsewhere. Only masked positions reach the head."""
+        if labels.shape != input_ids.shape:
+            raise ValueError(f"labels must have the shape of input_ids {tuple(input_ids.shape)}, got {tuple(labels.shape)}")
+        masked = labels != IGNORE_INDEX
+        logits = self(input_ids, attention_mask, token_type_ids, masked_positions=masked)
+        return masked_lm_loss(logits, labels[masked])
+
+    def num_parameters(self, exclude_embeddings: bool = False) -> int:
+        """Distinct parameters; ``exclude_embeddings`` leaves out token, position and token-type embeddings."""
+        params = {id(p): p for p in self.parameters()}
+        if exclude_embeddings:
+            for module in (self.token_embedding, self.position_embedding, self.token_type_embedding):
+                if module is not None:
+                    for p in module.parameters():
+                        params.pop(id(p), None)
+        return sum(p.numel() for p in params.values())
+
+    @classmethod
+    def from_pretrained(cls, model_name: str = "bert-base-uncased") -> "BERT":
+        """Fetch a BERT masked-LM checkpoint from the Hub and convert it."""
+        return bert_from_hf(load_hf_model("BertForMaskedLM", model_name))
+
+
+def bert_from_hf(hf_model) -> BERT:
+    """Convert a Hugging Face ``BertForMaskedLM`` into a :class:`BERT` with the same weights.
+
+    ==================================================  ==================================
+    Hugging Face (prefix ``bert.``)                      transformer_lib
+    ==================================================  ==================================
+    embeddings.word_embeddings                          token_embedding
+    embeddings.position_embeddings                      position_embedding
+    embeddings.token_type_embeddings                    token_type_embedding
+    embeddings.LayerNorm                                embedding_norm
+    encoder.layer.{i}.attention.self.query/key/value    blocks.{i}.attn.W_Q / W_K / W_V
+    encoder.layer.{i}.attention.output.dense            blocks.{i}.attn.W_O
+    encoder.layer.{i}.attention.output.LayerNorm        blocks.{i}.norm_1
+    encoder.layer.{i}.intermediate.dense                blocks.{i}.ffn.W_in
+    encoder.layer.{i}.output.dense                      blocks.{i}.ffn.W_out
+    encoder.layer.{i}.output.LayerNorm                  blocks.{i}.norm_2
+    cls.predictions.transform.dense / LayerNorm         mlm_head.dense / norm
+    cls.predictions.decoder (+ bias)                    mlm_head.decoder (tied to token_embedding)
+    ==================================================  ==================================
+    """
+    hf = hf_model.config
+    act = {"gelu": "gelu", "gelu_new": "gelu_tanh", "relu": "relu"}.get(hf.hidden_act)
+    if act is None:
+        raise ValueError(f"unsupported hidden_act {hf.hidden_act!r}; known: gelu, gelu_new, relu")
+    if getattr(hf, "position_embedding_type", "absolute") != "absolute":
+        raise ValueError(f"only absolute position embeddings are supported, got {hf.position_embedding_type!r}")
+    config = BERTConfig(
+        vocab_size=hf.vocab_size,
+        n_ctx=hf.max_position_embeddings,
+        d_model=hf.hidden_size,
+        n_layers=hf.num_hidden_layers,
+        n_heads=hf.num_attention_heads,
+        d_ff=hf.intermediate_size,
+        ffn=act,
+        norm_eps=hf.layer_norm_eps,
+        type_vocab_size=hf.type_vocab_size,
+        pad_token_id=hf.pad_token_id if hf.pad_token_id is not None else 0,
+        mask_token_id=min(103, hf.vocab_size - 1),
+        tie_weights=bool(getattr(hf, "tie_word_embeddings", True)),
+    )
+    model = BERT(config)
+    src = {k: v.detach() for k, v in hf_model.state_dict().items()}
+    e, p = "bert.embeddings.", "cls.predictions."
+    state = {
+        "token_embedding.weight": src[e + "word_embeddings.weight"],
+        "position_embedding.weight": src[e + "position_embeddings.weight"],
+        "token_type_embedding.weight": src[e + "token_type_embeddings.weight"],
+        "embedding_norm.weight": src[e + "LayerNorm.weight"],
+        "embedding_norm.bias": src[e + "LayerNorm.bias"],
+        "mlm_head.dense.weight": src[p + "transform.dense.weight"],
+        "mlm_head.dense.bias": src[p + "transform.dense.bias"],
+        "mlm_head.norm.weight": src[p + "transform.LayerNorm.weight"],
+        "mlm_head.norm.bias": src[p + "transform.LayerNorm.bias"],
+        "mlm_head.decoder.weight": src.get(p + "decoder.weight", src[e + "word_embeddings.weight"]),
+        "mlm_head.decoder.bias": src[p + "bias"] if p + "bias" in src else src[p + "decoder.bias"],
+    }
+    names = {
+        "attention.self.query": "attn.W_Q",
+        "attention.self.key": "attn.W_K",
+        "attention.self.value": "attn.W_V",
+        "attention.output.dense": "attn.W_O",
+        "attention.output.LayerNorm": "norm_1",
+        "intermediate.dense": "ffn.W_in",
+        "output.dense": "ffn.W_out",
+        "output.LayerNorm": "norm_2",
+    }
+    for i in range(config.n_layers):
+        for theirs, ours in names.items():
+            for kind in ("weight", "bias"):
+                state[f"blocks.{i}.{ours}.{kind}"] = src[f"bert.encoder.layer.{i}.{theirs}.{kind}"]
+    with torch.no_grad():
+        model.load_state_dict({k: v.contiguous() for k, v in state.items()}, strict=True)
+    return model.eval()

@@ -1,0 +1,181 @@
+"""The encoder-decoder Transformer of Vaswani et al. (2017), "Attention Is All You Need".
+
+Taught in chapter 9, *The full Transformer* (``book/09_transformer.ipynb``).
+
+    source -> Encoder (bidirectional self-attention)                    -> memory
+    target -> Decoder (causal self-attention, cross-attention to memory) -> logits over the target vocabulary
+
+Defaults follow the paper's base model: post-norm, sinusoidal positions, ReLU FFN, embeddings
+scaled by sqrt(d_model), output head tied to the target embedding.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+
+from .._checks import check_int, check_padding_mask, check_token_ids
+from ..config import TransformerConfig
+from ..init import init_weights_
+from ..layers.block import DecoderBlock, TransformerBlock
+from ..layers.embedding import TokenEmbedding
+from ..layers.masks import padding_mask
+from ..layers.normalization import make_norm
+from .gpt2 import make_positions
+
+
+@dataclass
+class EncoderDecoderConfig(TransformerConfig):
+    """Transformer-base by default (Vaswani et al., table 3). Defined in chapter 9."""
+
+    vocab_size: int = 37000  # target vocabulary
+    src_vocab_size: int | None = None  # None: same as vocab_size
+    n_ctx: int = 512
+    d_model: int = 512
+    n_layers: int = 6  # encoder layers
+    n_decoder_layers: int | None = None  # None: same as n_layers
+    n_heads: int = 8
+    d_ff: int | None = 2048
+    ffn: str = "relu"
+    norm_position: str = "post"
+    positional: str = "sinusoidal"
+    dropout: float = 0.1
+    share_embeddings: bool = False  # one table for source and target (needs one shared vocabulary)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.src_vocab_size is None:
+            self.src_vocab_size = self.vocab_size
+        if self.n_decoder_layers is None:
+            self.n_decoder_layers = self.n_layers
+        check_int("src_vocab_size", self.src_vocab_size, low=1)
+        check_int("n_decoder_layers", self.n_decoder_layers, low=1)
+        if self.share_embeddings and self.src_vocab_size != self.vocab_size:
+            raise ValueError(
+                f"share_embeddings needs src_vocab_size == vocab_size, got {self.src_vocab_size} and {self.vocab_size}"
+            )
+
+
+class _Embed(nn.Module):
+    """Token embedding * sqrt(d_model) + positions, then dropout."""
+
+    def __init__(self, config: EncoderDecoderConfig, vocab_size: int, token_embedding: TokenEmbedding | None = None):
+        super().__init__()
+        self.token_embedding = token_embedding or TokenEmbedding(vocab_size, config.d_model)
+        self.position_embedding, self.rope = make_positions(config)
+        self.scale = math.sqrt(config.d_model)  # keeps token vectors on the scale of the positions (paper, 3.4)
+        self.drop = nn.Dropout(config.dropout)
+
+    def forward(self, ids: Tensor) -> Tensor:
+        x = self.token_embedding(ids) * self.scale
+        if self.position_embedding is not None:
+            x = x + self.position_embedding(ids.shape[1])
+        return self.drop(x)
+
+
+class EncoderDecoder(nn.Module):
+    """Sequence-to-sequence Transformer. Defined in chapter 9."""
+
+    def __init__(self, config: EncoderDecoderConfig) -> None:
+        super().__init__()
+        if not isinstance(config, EncoderDecoderConfig):
+            raise TypeError(f"config must be an EncoderDecoderConfig, got {type(config).__name__}")
+        self.config = config
+        final_norm = lambda: (  # noqa: E731
+            make_norm(config.norm, config.d_model, config.norm_eps, config.bias) if config.norm_position == "pre" else nn.Identity()
+        )
+        self.src_embed = _Embed(config, config.src_vocab_size)
+        self.encoder = nn.ModuleList(
+            TransformerBlock(**config.block_kwargs(), attn_kind="bidirectional", rope=self.src_embed.rope)
+            for _ in range(config.n_layers)
+        )
+        self.encoder_norm = final_norm()
+        shared = self.src_embed.token_embedding if config.share_embeddings else None
+        self.tgt_embed = _Embed(config, config.vocab_size, shared)
+        self.decoder = nn.ModuleList(
+            DecoderBlock(**config.block_kwargs(), rope=self.tgt_embed.rope) for _ in range(config.n_decoder_layers)
+        )
+        self.decoder_norm = final_norm()
+        self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
+        init_weights_(self, std=config.init_std)
+        if config.tie_weights:
+            self.lm_head.weight = self.tgt_embed.token_embedding.weight
+
+    def encode(self, src_ids: Tensor, src_attention_mask: Tensor | None = None) -> Tensor:
+        """``(batch, seq_src)`` ids -> memory ``(batch, seq_src, d_model)``. Padded source keys are hidden."""
+        check_token_ids("src_ids", src_ids, self.config.src_vocab_size, self.config.n_ctx)
+        mask = check_padding_mask("src_attention_mask", src_attention_mask, tuple(src_ids.shape))
+        mask = padding_mask(mask) if mask is not None else None
+        x = self.src_embed(src_ids)
+        for block in self.encoder:
+            x = block(x, mask=mask)
+        return self.encoder_norm(x)
+
+    def decode(
+        self,
+        tgt_ids: Tensor,
+        memory: Tensor,
+        src_attention_mask: Tensor | None = None,
+        tgt_attention_mask: Tensor | None = None,
+    ) -> Tensor:
+        """``(batch, seq_tgt)`` target ids (shifted right, starting with BOS) + memory -> ``(batch, seq_tgt, vocab)`` logits."""
+        check_token_ids("tgt_ids", tgt_ids, self.config.vocab_size, self.config.n_ctx)
+        if memory.dim() != 3 or memory.shape[0] != tgt_ids.shape[0] or memory.shape[-1] != self.config.d_model:
+            raise ValueError(
+                f"memory must have shape (batch={tgt_ids.shape[0]}, seq_src, d_model={self.config.d_model}), got {tuple(memory.shape)}"
+            )
+        src_mask = check_padding_mask("src_attention_mask", src_attention_mask, tuple(memory.shape[:2]))
+        tgt_mask = check_padding_mask("tgt_attention_mask", tgt_attention_mask, tuple(tgt_ids.shape))
+        src_mask = padding_mask(src_mask) if src_mask is not None else None
+        tgt_mask = padding_mask(tgt_mask) if tgt_mask is not None else None
+        x = self.tgt_embed(tgt_ids)
+        for block in self.decoder:
+            x = block(x, memory, self_mask=tgt_mask, memory_mask=src_mask)
+        return self.lm_head(self.decoder_norm(x))
+
+    def forward(
+        self,
+        src_ids: Tensor,
+        tgt_ids: Tensor,
+        src_attention_mask: Tensor | None = None,
+        tgt_attention_mask: Tensor | None = None,
+    ) -> Tensor:
+        """Teacher forcing: ``(batch, seq_src)``, ``(batch, seq_tgt)`` -> ``(batch, seq_tgt, vocab)`` logits."""
+        if src_ids.shape[0] != tgt_ids.shape[0]:
+            raise ValueError(f"src_ids and tgt_ids must have the same batch size, got {src_ids.shape[0]} and {tgt_ids.shape[0]}")
+        memory = self.encode(src_ids, src_attention_mask)
+        return self.decode(tgt_ids, memory, src_attention_mask, tgt_attention_mask)
+
+    @torch.no_grad()
+    def generate(
+        self,
+        src_ids: Tensor,
+        bos_token_id: int,
+        max_new_tokens: int,
+        eos_token_id: int | None = None,
+        src_attention_mask: Tensor | None = None,
+    ) -> Tensor:
+        """Greedy decoding: ``(batch, 1 + max_new_tokens)`` target ids starting with ``bos_token_id``.
+
+        After a sequence emits ``eos_token_id`` it keeps emitting it (so rows stay aligned).
+        """
+        check_int("bos_token_id", bos_token_id, low=0, high=self.config.vocab_size - 1)
+        check_int("max_new_tokens", max_new_tokens, low=1, high=self.config.n_ctx - 1)
+        if eos_token_id is not None:
+            check_int("eos_token_id", eos_token_id, low=0, high=self.config.vocab_size - 1)
+        memory = self.encode(src_ids, src_attention_mask)
+        out = torch.full((src_ids.shape[0], 1), bos_token_id, dtype=torch.long, device=src_ids.device)
+        done = torch.zeros(src_ids.shape[0], dtype=torch.bool, device=src_ids.device)
+        for _ in range(max_new_tokens):
+            nxt = self.decode(out, memory, src_attention_mask)[:, -1].argmax(dim=-1)
+            if eos_token_id is not None:
+                nxt = torch.where(done, eos_token_id, nxt)
+                done |= nxt == eos_token_id
+            out = torch.cat([out, nxt[:, None]], dim=1)
+        return out
+
+    def num_parameters(self) -> int:
+        return sum(p.numel() for p in self.parameters())

@@ -1,0 +1,199 @@
+"""GPT-2: a decoder-only transformer with learned positions, pre-norm blocks and a tied head.
+
+Taught in chapter 7, *GPT-2* (``book/07_gpt2.ipynb``); weight tying in chapter 6.
+
+    tokens -> token embedding + position embedding -> n_layers x TransformerBlock(causal)
+           -> final norm -> lm_head (weight = token embedding's weight) -> logits
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+
+from .._checks import check_padding_mask, check_token_ids
+from ..config import TransformerConfig
+from ..init import init_weights_
+from ..layers.block import TransformerBlock
+from ..layers.embedding import TokenEmbedding
+from ..layers.kv_cache import KVCache
+from ..layers.masks import padding_mask
+from ..layers.normalization import make_norm
+from ..layers.positions import LearnedPositionalEmbedding, RotaryEmbedding, SinusoidalPositionalEncoding
+from ..losses import causal_lm_loss
+from ._hub import load_hf_model
+
+
+@dataclass
+class GPT2Config(TransformerConfig):
+    """GPT-2 small by default (124M parameters). Defined in chapter 7."""
+
+    vocab_size: int = 50257
+    n_ctx: int = 1024
+    d_model: int = 768
+    n_layers: int = 12
+    n_heads: int = 12
+    ffn: str = "gelu_tanh"
+
+
+def make_positions(config: TransformerConfig) -> tuple[nn.Module | None, RotaryEmbedding | None]:
+    """The additive position module and the rotary embedding that ``config.positional`` asks for."""
+    if config.positional == "learned":
+        return LearnedPositionalEmbedding(config.n_ctx, config.d_model), None
+    if config.positional == "sinusoidal":
+        return SinusoidalPositionalEncoding(config.n_ctx, config.d_model), None
+    if config.positional == "rope":
+        return None, RotaryEmbedding(config.d_head, config.n_ctx, config.rope_base)
+    return None, None
+
+
+class GPT2(nn.Module):
+    """Decoder-only language model. Defined in chapter 7.
+
+    With ``norm="rmsnorm", positional="rope", ffn="swiglu", bias=False, tie_weights=False`` the
+    same class is a LLaMA-style decoder (chapter 10).
+    """
+
+    def __init__(self, config: GPT2Config) -> None:
+        super().__init__()
+        if not isinstance(config, TransformerConfig):
+            raise TypeError(f"config must be a GPT2Config, got {type(config).__name__}")
+        self.config = config
+        self.token_embedding = TokenEmbedding(config.vocab_size, config.d_model)
+        self.position_embedding, self.rope = make_positions(config)
+        self.drop = nn.Dropout(config.dropout)
+        self.blocks = nn.ModuleList(
+            TransformerBlock(**config.block_kwargs(), attn_kind="causal", rope=self.rope) for _ in range(config.n_layers)
+        )
+        # pre-norm leaves the residual stream unnormalised, so one last norm precedes the head
+        self.norm_f = make_norm(config.norm, config.d_model, config.norm_eps, config.bias) if config.norm_position == "pre" else nn.Identity()
+        self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
+        init_weights_(self, std=config.init_std, n_layers=config.n_layers)
+        if config.tie_weights:
+            self.lm_head.weight = self.token_embedding.weight  # one tensor, two uses
+
+    def forward(
+        self, input_ids: Tensor, attention_mask: Tensor | None = None, kv_cache: KVCache | None = None
+    ) -> Tensor:
+        """
+        Args:
+            input_ids: ``(batch, seq)`` token ids in ``[0, vocab_size)``; with a cache, only the new ones.
+            attention_mask: ``(batch, seq)`` 1 = token, 0 = padding; padded keys are hidden.
+            kv_cache: a :class:`KVCache` of ``n_layers`` layers, extended in place.
+
+        Returns:
+            ``(batch, seq, vocab_size)`` logits.
+        """
+        offset = 0 if kv_cache is None else len(kv_cache)
+        check_token_ids("input_ids", input_ids, self.config.vocab_size, self.config.n_ctx, offset)
+        mask = check_padding_mask("attention_mask", attention_mask, tuple(input_ids.shape))
+        if mask is not None and kv_cache is not None:
+            raise ValueError("attention_mask and kv_cache cannot be combined: generate from unpadded prompts")
+        if kv_cache is not None and len(kv_cache.layers) != len(self.blocks):
+            raise ValueError(f"kv_cache has {len(kv_cache.layers)} layers, the model has n_layers={len(self.blocks)}")
+        mask = padding_mask(mask) if mask is not None else None
+
+        x = self.token_embedding(input_ids)  # (batch, seq, d_model)
+        if self.position_embedding is not None:
+            x = x + self.position_embedding(input_ids.shape[1], offset)
+        x = self.drop(x)
+        for i, block in enumerate(self.blocks):
+            x = block(x, mask=mask, kv_cache=None if kv_cache is None else kv_cache[i])
+        return self.lm_head(self.norm_f(x))
+
+    def loss(self, input_ids: Tensor, targets: Tensor, attention_mask: Tensor | None = None) -> Tensor:
+        """Causal-LM loss: ``targets`` are ``input_ids`` shifted left by one (see :func:`causal_lm_loss`)."""
+        return causal_lm_loss(self(input_ids, attention_mask), targets)
+
+    def new_kv_cache(self) -> KVCache:
+        return KVCache(len(self.blocks))
+
+    def num_parameters(self, exclude_embeddings: bool = False) -> int:
+        """Number of distinct parameters (a tied head is counted once).
+
+        ``exclude_embeddings``: leave out token and position embeddings, as in Kaplan et al.'s
+        "non-embedding parameters" (a *tied* head is the token embedding, so it goes too).
+        """
+        params = {id(p): p for p in self.parameters()}
+        if exclude_embeddings:
+            for module in (self.token_embedding, self.position_embedding):
+                if module is not None:
+                    for p in module.parameters():
+                        params.pop(id(p), None)
+        return sum(p.numel() for p in params.values())
+
+    @classmethod
+    def from_pretrained(cls, model_name: str = "gpt2") -> "GPT2":
+        """Fetch ``gpt2`` / ``gpt2-medium`` / ``gpt2-large`` / ``gpt2-xl`` from the Hub and convert it."""
+        return gpt2_from_hf(load_hf_model("GPT2LMHeadModel", model_name))
+
+
+_HF_ACTIVATIONS = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu": "gelu", "relu": "relu"}
+
+
+def gpt2_from_hf(hf_model) -> GPT2:
+    """Convert a Hugging Face ``GPT2LMHeadModel`` into a :class:`GPT2` with the same weights.
+
+    Hugging Face stores GPT-2's linear layers as ``Conv1D`` with weights ``(in, out)``: they are
+    transposed into ``nn.Linear``'s ``(out, in)``. ``c_attn`` packs W_Q, W_K, W_V side by side.
+
+    ==============================  ====================================
+    Hugging Face                    transformer_lib
+    ==============================  ====================================
+    transformer.wte                 token_embedding
+    transformer.wpe                 position_embedding
+    transformer.h.{i}.ln_1          blocks.{i}.norm_1
+    transformer.h.{i}.attn.c_attn   blocks.{i}.attn.W_Q / W_K / W_V
+    transformer.h.{i}.attn.c_proj   blocks.{i}.attn.W_O
+    transformer.h.{i}.ln_2          blocks.{i}.norm_2
+    transformer.h.{i}.mlp.c_fc      blocks.{i}.ffn.W_in
+    transformer.h.{i}.mlp.c_proj    blocks.{i}.ffn.W_out
+    transformer.ln_f                norm_f
+    lm_head                         lm_head (tied to token_embedding)
+    ==============================  ====================================
+    """
+    hf = hf_model.config
+    if hf.activation_function not in _HF_ACTIVATIONS:
+        raise ValueError(f"unsupported activation_function {hf.activation_function!r}; known: {sorted(_HF_ACTIVATIONS)}")
+    config = GPT2Config(
+        vocab_size=hf.vocab_size,
+        n_ctx=hf.n_positions,
+        d_model=hf.n_embd,
+        n_layers=hf.n_layer,
+        n_heads=hf.n_head,
+        d_ff=hf.n_inner,
+        ffn=_HF_ACTIVATIONS[hf.activation_function],
+        norm_eps=hf.layer_norm_epsilon,
+        tie_weights=bool(getattr(hf, "tie_word_embeddings", True)),
+    )
+    model = GPT2(config)
+    src = {k: v.detach() for k, v in hf_model.state_dict().items()}
+    d = config.d_model
+    state = {
+        "token_embedding.weight": src["transformer.wte.weight"],
+        "position_embedding.weight": src["transformer.wpe.weight"],
+        "norm_f.weight": src["transformer.ln_f.weight"],
+        "norm_f.bias": src["transformer.ln_f.bias"],
+        "lm_head.weight": src["lm_head.weight"] if "lm_head.weight" in src else src["transformer.wte.weight"],
+    }
+    for i in range(config.n_layers):
+        h, b = f"transformer.h.{i}.", f"blocks.{i}."
+        w_qkv, b_qkv = src[h + "attn.c_attn.weight"].T, src[h + "attn.c_attn.bias"]  # (3d, d), (3d,)
+        for j, name in enumerate(("W_Q", "W_K", "W_V")):
+            state[b + f"attn.{name}.weight"] = w_qkv[j * d : (j + 1) * d]
+            state[b + f"attn.{name}.bias"] = b_qkv[j * d : (j + 1) * d]
+        state[b + "attn.W_O.weight"] = src[h + "attn.c_proj.weight"].T
+        state[b + "attn.W_O.bias"] = src[h + "attn.c_proj.bias"]
+        state[b + "ffn.W_in.weight"] = src[h + "mlp.c_fc.weight"].T
+        state[b + "ffn.W_in.bias"] = src[h + "mlp.c_fc.bias"]
+        state[b + "ffn.W_out.weight"] = src[h + "mlp.c_proj.weight"].T
+        state[b + "ffn.W_out.bias"] = src[h + "mlp.c_proj.bias"]
+        for ours, theirs in (("norm_1", "ln_1"), ("norm_2", "ln_2")):
+            state[b + f"{ours}.weight"] = src[h + f"{theirs}.weight"]
+            state[b + f"{ours}.bias"] = src[h + f"{theirs}.bias"]
+    with torch.no_grad():
+        # copies into our tensors, so a tied head stays one tensor
+        model.load_state_dict({k: v.contiguous() for k, v in state.items()}, strict=True)
+    return model.eval()
