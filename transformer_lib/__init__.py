@@ -38,6 +38,8 @@ from .layers import (
     causal_mask,
     combine_masks,
     gated_hidden_size,
+    make_ffn,
+    make_norm,
     padding_mask,
     scaled_dot_product_attention,
     sinusoidal_encoding,
@@ -53,7 +55,7 @@ __all__ = [
     "LearnedPositionalEmbedding", "MultiHeadAttention", "RMSNorm", "RotaryEmbedding",
     "SinusoidalPositionalEncoding", "TokenEmbedding", "TransformerBlock", "TransformerConfig",
     "bert_from_hf", "capture_attention", "causal_lm_loss", "causal_mask", "combine_masks",
-    "gated_hidden_size", "generate", "gpt2_from_hf", "init_weights_", "masked_lm_loss",
+    "gated_hidden_size", "generate", "gpt2_from_hf", "init_weights_", "make_ffn", "make_norm", "masked_lm_loss",
     "next_token_probs", "padding_mask", "sample_next_token", "scaled_dot_product_attention",
     "sinusoidal_encoding",
 ]

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import numbers
+
 import torch
 from torch import Tensor
 
 
 def check_int(name: str, value, *, low: int | None = None, high: int | None = None) -> None:
     """Raise unless ``low <= value <= high`` for an ``int`` (bools are rejected)."""
-    if not isinstance(value, int) or isinstance(value, bool):
+    if not isinstance(value, numbers.Integral) or isinstance(value, bool):
         raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
     if (low is not None and value < low) or (high is not None and value > high):
         lo = "-inf" if low is None else low
@@ -16,11 +18,29 @@ def check_int(name: str, value, *, low: int | None = None, high: int | None = No
         raise ValueError(f"{name} must be in [{lo}, {hi}], got {value}")
 
 
-def check_prob(name: str, value: float, *, allow_one: bool = False) -> None:
-    """A dropout-style probability in [0, 1) (or [0, 1] with ``allow_one``)."""
-    ok = 0.0 <= value <= 1.0 if allow_one else 0.0 <= value < 1.0
-    if not isinstance(value, (int, float)) or isinstance(value, bool) or not ok:
-        raise ValueError(f"{name} must be in [0, {'1]' if allow_one else '1)'}, got {value!r}")
+def is_real(value) -> bool:
+    """A plain number (Python or NumPy), not a bool, a string or a tensor."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def check_prob(name: str, value: float) -> None:
+    """A dropout-style probability in [0, 1)."""
+    if not is_real(value):
+        raise TypeError(f"{name} must be a float in [0, 1), got {type(value).__name__} {value!r}")
+    if not 0.0 <= value < 1.0:
+        raise ValueError(f"{name} must be in [0, 1), got {value!r}")
+
+
+def check_positive(name: str, value: float) -> None:
+    if not is_real(value):
+        raise TypeError(f"{name} must be a number > 0, got {type(value).__name__} {value!r}")
+    if not value > 0:
+        raise ValueError(f"{name} must be a number > 0, got {value!r}")
+
+
+def check_bool(name: str, value) -> None:
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be True or False, got {type(value).__name__} {value!r}")
 
 
 def check_choice(name: str, value, choices) -> None:
@@ -36,15 +56,18 @@ def check_divisible(d_model: int, n_heads: int) -> None:
         )
 
 
-def check_token_ids(name: str, ids: Tensor, vocab_size: int, n_ctx: int | None = None, offset: int = 0) -> None:
-    """``ids`` must be an integer ``(batch, seq)`` tensor of ids in ``[0, vocab_size)``.
+def check_token_ids(
+    name: str, ids: Tensor, vocab_size: int | None = None, n_ctx: int | None = None, offset: int = 0
+) -> None:
+    """``ids`` must be a ``(batch, seq)`` tensor of int64/int32 ids, in ``[0, vocab_size)`` if given.
 
     ``offset`` is the number of positions already in a KV cache; ``offset + seq`` must fit in ``n_ctx``.
+    The vocabulary check costs one device sync; models leave it to the embedding, which does it once.
     """
     if not isinstance(ids, Tensor):
         raise TypeError(f"{name} must be a torch.Tensor of token ids, got {type(ids).__name__}")
-    if ids.dtype not in (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8):
-        raise TypeError(f"{name} must hold integer token ids (torch.long), got dtype {ids.dtype}")
+    if ids.dtype not in (torch.int64, torch.int32):
+        raise TypeError(f"{name} must hold integer token ids (torch.long or torch.int32), got dtype {ids.dtype}")
     if ids.dim() != 2:
         raise ValueError(f"{name} must have shape (batch, seq), got shape {tuple(ids.shape)}")
     if ids.shape[1] == 0:
@@ -55,7 +78,7 @@ def check_token_ids(name: str, ids: Tensor, vocab_size: int, n_ctx: int | None =
             f"sequence length {offset + ids.shape[1]}{where} is longer than the context: "
             f"{name} may have at most n_ctx={n_ctx} positions; crop the input to its last {n_ctx} tokens"
         )
-    if ids.numel():
+    if vocab_size is not None and ids.numel():
         lo, hi = torch.aminmax(ids)
         lo, hi = int(lo), int(hi)
         if lo < 0 or hi >= vocab_size:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from ._checks import check_choice, check_divisible, check_int, check_prob
+from ._checks import check_bool, check_choice, check_divisible, check_int, check_positive, check_prob
 from .layers.block import NORM_POSITIONS
 from .layers.feedforward import FFN_KINDS
 from .layers.normalization import NORMS
@@ -48,10 +48,10 @@ class TransformerConfig:
         check_choice("norm_position", self.norm_position, NORM_POSITIONS)
         check_choice("positional", self.positional, POSITIONALS)
         check_prob("dropout", self.dropout)
-        if not self.norm_eps > 0:
-            raise ValueError(f"norm_eps must be > 0, got {self.norm_eps}")
-        if not self.init_std > 0:
-            raise ValueError(f"init_std must be > 0, got {self.init_std}")
+        for name in ("norm_eps", "init_std", "rope_base"):
+            check_positive(name, getattr(self, name))
+        for name in ("bias", "tie_weights", "use_sdpa"):
+            check_bool(name, getattr(self, name))
         if self.positional == "rope" and self.d_head % 2:
             raise ValueError(
                 f"positional='rope' rotates pairs of features, so d_model / n_heads must be even, "

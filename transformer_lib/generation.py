@@ -12,18 +12,24 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from ._checks import check_int, check_token_ids
+from ._checks import check_int, check_token_ids, is_real
 
 
 def _check_sampling(temperature: float, top_k: int | None, top_p: float | None) -> None:
-    if not isinstance(temperature, (int, float)) or isinstance(temperature, bool) or not temperature > 0:
+    if not is_real(temperature) or not temperature > 0:
         raise ValueError(
             f"temperature must be a number > 0, got {temperature!r}; for the most likely token use do_sample=False"
         )
     if top_k is not None:
         check_int("top_k", top_k, low=1)
-    if top_p is not None and (not isinstance(top_p, (int, float)) or isinstance(top_p, bool) or not 0 < top_p <= 1):
+    if top_p is not None and (not is_real(top_p) or not 0 < top_p <= 1):
         raise ValueError(f"top_p must be in (0, 1], got {top_p!r}")
+
+
+def _check_logits(logits: Tensor) -> None:
+    if not isinstance(logits, Tensor) or logits.dim() != 2:
+        shape = tuple(logits.shape) if isinstance(logits, Tensor) else type(logits).__name__
+        raise ValueError(f"logits must have shape (batch, vocab), got {shape}; take logits[:, -1] of the model output")
 
 
 def next_token_probs(
@@ -32,7 +38,9 @@ def next_token_probs(
     """``(batch, vocab)`` logits -> ``(batch, vocab)`` probabilities after temperature, top-k and top-p.
 
     Tokens cut by top-k or top-p get probability exactly 0; the most likely token always survives.
+    Top-k keeps every token tied with the k-th, so ties can leave more than k.
     """
+    _check_logits(logits)
     _check_sampling(temperature, top_k, top_p)
     logits = logits.float() / temperature
     if top_k is not None and top_k < logits.shape[-1]:
@@ -58,6 +66,7 @@ def sample_next_token(
     generator: torch.Generator | None = None,
 ) -> Tensor:
     """``(batch, vocab)`` logits -> ``(batch, 1)`` next token ids (argmax when ``do_sample=False``)."""
+    _check_logits(logits)
     if not do_sample:
         return logits.argmax(dim=-1, keepdim=True)
     probs = next_token_probs(logits, temperature, top_k, top_p)

@@ -6,10 +6,16 @@ chapter 7, *GPT-2* (causal LM) and chapter 8, *BERT* (masked LM).
 
 from __future__ import annotations
 
+import torch
 import torch.nn.functional as F
 from torch import Tensor
 
 IGNORE_INDEX = -100  # label value that contributes nothing to the loss (as in PyTorch and Hugging Face)
+
+
+def _check_labels(name: str, labels: Tensor) -> None:
+    if labels.dtype not in (torch.int64, torch.int32):
+        raise TypeError(f"{name} must hold integer token ids (torch.long), got dtype {labels.dtype}")
 
 
 def causal_lm_loss(logits: Tensor, targets: Tensor) -> Tensor:
@@ -26,6 +32,7 @@ def causal_lm_loss(logits: Tensor, targets: Tensor) -> Tensor:
             f"logits must be (batch, seq, vocab) and targets (batch, seq); "
             f"got {tuple(logits.shape)} and {tuple(targets.shape)}"
         )
+    _check_labels("targets", targets)
     return F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), ignore_index=IGNORE_INDEX)
 
 
@@ -39,4 +46,7 @@ def masked_lm_loss(logits: Tensor, labels: Tensor) -> Tensor:
         raise ValueError(
             f"logits must be (n_masked, vocab) and labels (n_masked,); got {tuple(logits.shape)} and {tuple(labels.shape)}"
         )
+    _check_labels("labels", labels)
+    if labels.numel() == 0:
+        raise ValueError("there are no masked positions to predict (every label is IGNORE_INDEX)")
     return F.cross_entropy(logits.float(), labels)

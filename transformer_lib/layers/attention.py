@@ -67,6 +67,8 @@ def scaled_dot_product_attention(
         (before dropout). A query whose keys are all masked gets zero weights and a zero output,
         as in ``F.scaled_dot_product_attention``, instead of NaN.
     """
+    if q.dim() < 2 or k.dim() < 2 or v.dim() < 2:
+        raise ValueError(f"q, k, v must be (..., seq, d); got shapes {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")
     if q.shape[-1] != k.shape[-1]:
         raise ValueError(f"q and k must have the same last dimension d_k, got {q.shape[-1]} and {k.shape[-1]}")
     if k.shape[-2] != v.shape[-2]:
@@ -155,9 +157,13 @@ class MultiHeadAttention(nn.Module):
         if not isinstance(x, Tensor) or x.dim() != 3 or x.shape[-1] != self.d_model:
             shape = tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__
             raise ValueError(f"x must have shape (batch, seq, d_model={self.d_model}), got {shape}")
+        if not x.is_floating_point():
+            raise TypeError(f"x must be a floating-point tensor of vectors, got dtype {x.dtype} (embed token ids first)")
         if self.kind == "cross":
             if context is None:
                 raise ValueError("cross-attention needs a context: pass context=(batch, seq_k, d_context)")
+            if not isinstance(context, Tensor):
+                raise TypeError(f"context must be a torch.Tensor, got {type(context).__name__}")
             if context.dim() != 3 or context.shape[0] != x.shape[0] or context.shape[-1] != self.W_K.in_features:
                 raise ValueError(
                     f"context must have shape (batch={x.shape[0]}, seq_k, d_context={self.W_K.in_features}), "
@@ -167,6 +173,12 @@ class MultiHeadAttention(nn.Module):
             raise ValueError(f"context is only used by kind='cross', got kind={self.kind!r}")
         if kv_cache is not None and self.kind != "causal":
             raise ValueError(f"a KV cache only makes sense for kind='causal', got kind={self.kind!r}")
+        if kv_cache is not None and not isinstance(kv_cache, LayerKVCache):
+            raise TypeError(f"kv_cache must be a LayerKVCache (one layer of a KVCache), got {type(kv_cache).__name__}")
+        offset = 0 if kv_cache is None else kv_cache.seq_len
+        seq_q = x.shape[1]
+        seq_k = offset + seq_q if context is None else context.shape[1]
+        check_attn_mask(mask, (x.shape[0], self.n_heads, seq_q, seq_k))  # before the cache is touched
 
         source = x if context is None else context
         # (batch, seq, n_heads * d_head) -> (batch, n_heads, seq, d_head)
@@ -174,14 +186,11 @@ class MultiHeadAttention(nn.Module):
         k = rearrange(self.W_K(source), "b s (h d) -> b h s d", h=self.n_heads)
         v = rearrange(self.W_V(source), "b s (h d) -> b h s d", h=self.n_heads)
 
-        offset = 0 if kv_cache is None else kv_cache.seq_len
         if self.rope is not None:
             q, k = self.rope(q, offset=offset), self.rope(k, offset=offset)
         if kv_cache is not None:
             k, v = kv_cache.update(k, v)
 
-        seq_q, seq_k = q.shape[-2], k.shape[-2]
-        check_attn_mask(mask, (x.shape[0], self.n_heads, seq_q, seq_k))
         dropout_p = self.dropout if self.training else 0.0
         if self.use_sdpa and self._capture is None:
             if self.kind == "causal" and mask is None and seq_q == seq_k:
@@ -215,10 +224,11 @@ def capture_attention(model: nn.Module) -> Iterator[dict[str, Tensor]]:
     if not modules:
         raise ValueError(f"{type(model).__name__} contains no MultiHeadAttention module to capture")
     maps: dict[str, Tensor] = {}
+    previous = [module._capture for _, module in modules]
     for name, module in modules:
         module._capture = (maps, name)
     try:
         yield maps
-    finally:
-        for _, module in modules:
-            module._capture = None
+    finally:  # restore, so that nested captures work
+        for (_, module), old in zip(modules, previous):
+            module._capture = old

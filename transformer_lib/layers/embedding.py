@@ -25,7 +25,7 @@ class TokenEmbedding(nn.Module):
         self.vocab_size, self.d_model = vocab_size, d_model
         self.weight = nn.Parameter(torch.randn(vocab_size, d_model) * 0.02)
 
-    def forward(self, ids: Tensor) -> Tensor:
-        """``(batch, seq)`` token ids -> ``(batch, seq, d_model)`` vectors."""
-        check_token_ids("input_ids", ids, self.vocab_size)
+    def forward(self, ids: Tensor, name: str = "input_ids") -> Tensor:
+        """``(batch, seq)`` token ids -> ``(batch, seq, d_model)`` vectors. ``name`` is used in error messages."""
+        check_token_ids(name, ids, self.vocab_size)
         return self.weight[ids]

@@ -51,6 +51,11 @@ def gated_hidden_size(d_model: int, multiple_of: int = 64) -> int:
     return multiple_of * math.ceil(8 * d_model / 3 / multiple_of)
 
 
+def _check_width(x: Tensor, d_model: int) -> None:
+    if x.shape[-1] != d_model:
+        raise ValueError(f"expected input with last dimension d_model={d_model}, got shape {tuple(x.shape)}")
+
+
 class FeedForward(nn.Module):
     """Two-layer FFN applied to every position independently. Defined in chapter 3."""
 
@@ -70,6 +75,7 @@ class FeedForward(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         """``(batch, seq, d_model) -> (batch, seq, d_model)``."""
+        _check_width(x, self.W_in.in_features)
         return self.drop(self.W_out(ACTIVATIONS[self.activation](self.W_in(x))))
 
 
@@ -90,6 +96,7 @@ class GatedFeedForward(nn.Module):
         bias: bool = False,
     ) -> None:
         super().__init__()
+        check_int("d_model", d_model, low=1)
         d_ff = gated_hidden_size(d_model, multiple_of) if d_ff is None else d_ff
         check_int("d_ff", d_ff, low=1)
         check_choice("activation", activation, ("silu", "gelu"))
@@ -102,6 +109,7 @@ class GatedFeedForward(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         """``(batch, seq, d_model) -> (batch, seq, d_model)``."""
+        _check_width(x, self.W_in.in_features)
         gate = ACTIVATIONS[self.activation](self.W_gate(x))
         return self.drop(self.W_out(gate * self.W_in(x)))
 

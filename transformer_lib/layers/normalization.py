@@ -14,14 +14,13 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from .._checks import check_choice, check_int
+from .._checks import check_choice, check_int, check_positive
 
 NORMS = ("layernorm", "rmsnorm")
 
 
 def _check_eps(eps: float) -> None:
-    if not isinstance(eps, (int, float)) or isinstance(eps, bool) or not eps > 0:
-        raise ValueError(f"eps must be a float > 0, got {eps!r}")
+    check_positive("eps", eps)
 
 
 def _check_input(x: Tensor, d_model: int) -> None:
@@ -43,9 +42,10 @@ class LayerNorm(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         """``(..., d_model) -> (..., d_model)``."""
         _check_input(x, self.d_model)
-        mean = x.mean(dim=-1, keepdim=True)
-        var = (x - mean).pow(2).mean(dim=-1, keepdim=True)
-        x_hat = (x - mean) / torch.sqrt(var + self.eps)
+        h = x.float()  # statistics in float32: squares overflow float16 and lose bits in bfloat16
+        mean = h.mean(dim=-1, keepdim=True)
+        var = (h - mean).pow(2).mean(dim=-1, keepdim=True)
+        x_hat = ((h - mean) / torch.sqrt(var + self.eps)).to(x.dtype)
         return x_hat * self.weight + self.bias if self.bias is not None else x_hat * self.weight
 
 
@@ -65,8 +65,9 @@ class RMSNorm(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         """``(..., d_model) -> (..., d_model)``."""
         _check_input(x, self.d_model)
-        rms = torch.sqrt(x.pow(2).mean(dim=-1, keepdim=True) + self.eps)
-        return x / rms * self.weight
+        h = x.float()  # statistics in float32, as in LayerNorm
+        rms = torch.sqrt(h.pow(2).mean(dim=-1, keepdim=True) + self.eps)
+        return (h / rms).to(x.dtype) * self.weight
 
 
 def make_norm(kind: str, d_model: int, eps: float = 1e-5, bias: bool = True) -> nn.Module:

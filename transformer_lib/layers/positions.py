@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from .._checks import check_int
+from .._checks import check_int, check_positive
 
 POSITIONALS = ("learned", "sinusoidal", "rope", "none")
 
@@ -35,6 +35,7 @@ def sinusoidal_encoding(n_positions: int, d_model: int, base: float = 10000.0) -
     """
     check_int("n_positions", n_positions, low=1)
     check_int("d_model", d_model, low=2)
+    check_positive("base", base)
     if d_model % 2:
         raise ValueError(f"d_model must be even for sinusoidal encodings (sin/cos pairs), got {d_model}")
     pos = torch.arange(n_positions, dtype=torch.float64)[:, None]
@@ -89,6 +90,7 @@ class RotaryEmbedding(nn.Module):
         super().__init__()
         check_int("head_dim", head_dim, low=2)
         check_int("n_positions", n_positions, low=1)
+        check_positive("base", base)
         if head_dim % 2:
             raise ValueError(f"RoPE rotates pairs of features, so head_dim must be even, got {head_dim}")
         self.head_dim, self.n_positions, self.base = head_dim, n_positions, base

@@ -46,13 +46,14 @@ class BERTConfig(TransformerConfig):
     embedding_norm: bool = True  # LayerNorm after summing the embeddings
     mlm_transform: bool = True  # dense + activation + norm before the vocabulary projection
     pad_token_id: int = 0
-    mask_token_id: int = 103
+    mask_token_id: int | None = None  # [MASK]: 103 in bert-base-uncased; used by the MLM collator
 
     def __post_init__(self) -> None:
         super().__post_init__()
         check_int("type_vocab_size", self.type_vocab_size, low=0)
         check_int("pad_token_id", self.pad_token_id, low=0, high=self.vocab_size - 1)
-        check_int("mask_token_id", self.mask_token_id, low=0, high=self.vocab_size - 1)
+        if self.mask_token_id is not None:
+            check_int("mask_token_id", self.mask_token_id, low=0, high=self.vocab_size - 1)
 
     @classmethod
     def cramming(cls, **overrides) -> "BERTConfig":
@@ -111,7 +112,7 @@ class BERT(nn.Module):
         ``attention_mask``: ``(batch, seq)``, 1 = token, 0 = padding (padded keys are hidden).
         ``token_type_ids``: ``(batch, seq)`` segment ids (sentence A = 0, B = 1); default all 0.
         """
-        check_token_ids("input_ids", input_ids, self.config.vocab_size, self.config.n_ctx)
+        check_token_ids("input_ids", input_ids, n_ctx=self.config.n_ctx)
         mask = check_padding_mask("attention_mask", attention_mask, tuple(input_ids.shape))
         x = self.token_embedding(input_ids)
         if self.position_embedding is not None:
@@ -123,7 +124,7 @@ class BERT(nn.Module):
                 raise ValueError(
                     f"token_type_ids must have the shape of input_ids {tuple(input_ids.shape)}, got {tuple(token_type_ids.shape)}"
                 )
-            x = x + self.token_type_embedding(token_type_ids)
+            x = x + self.token_type_embedding(token_type_ids, name="token_type_ids")
         elif token_type_ids is not None:
             raise ValueError("token_type_ids given, but this BERT has no token-type embeddings (type_vocab_size=0)")
         x = self.drop(self.embedding_norm(x))
@@ -204,9 +205,9 @@ def bert_from_hf(hf_model) -> BERT:
     ==================================================  ==================================
     """
     hf = hf_model.config
-    act = {"gelu": "gelu", "gelu_new": "gelu_tanh", "relu": "relu"}.get(hf.hidden_act)
+    act = {"gelu": "gelu", "gelu_python": "gelu", "gelu_new": "gelu_tanh", "relu": "relu"}.get(hf.hidden_act)
     if act is None:
-        raise ValueError(f"unsupported hidden_act {hf.hidden_act!r}; known: gelu, gelu_new, relu")
+        raise ValueError(f"unsupported hidden_act {hf.hidden_act!r}; known: gelu, gelu_python, gelu_new, relu")
     if getattr(hf, "position_embedding_type", "absolute") != "absolute":
         raise ValueError(f"only absolute position embeddings are supported, got {hf.position_embedding_type!r}")
     config = BERTConfig(
@@ -220,7 +221,6 @@ def bert_from_hf(hf_model) -> BERT:
         norm_eps=hf.layer_norm_eps,
         type_vocab_size=hf.type_vocab_size,
         pad_token_id=hf.pad_token_id if hf.pad_token_id is not None else 0,
-        mask_token_id=min(103, hf.vocab_size - 1),
         tie_weights=bool(getattr(hf, "tie_word_embeddings", True)),
     )
     model = BERT(config)

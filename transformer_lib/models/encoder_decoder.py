@@ -69,8 +69,8 @@ class _Embed(nn.Module):
         self.scale = math.sqrt(config.d_model)  # keeps token vectors on the scale of the positions (paper, 3.4)
         self.drop = nn.Dropout(config.dropout)
 
-    def forward(self, ids: Tensor) -> Tensor:
-        x = self.token_embedding(ids) * self.scale
+    def forward(self, ids: Tensor, name: str) -> Tensor:
+        x = self.token_embedding(ids, name=name) * self.scale
         if self.position_embedding is not None:
             x = x + self.position_embedding(ids.shape[1])
         return self.drop(x)
@@ -106,10 +106,10 @@ class EncoderDecoder(nn.Module):
 
     def encode(self, src_ids: Tensor, src_attention_mask: Tensor | None = None) -> Tensor:
         """``(batch, seq_src)`` ids -> memory ``(batch, seq_src, d_model)``. Padded source keys are hidden."""
-        check_token_ids("src_ids", src_ids, self.config.src_vocab_size, self.config.n_ctx)
+        check_token_ids("src_ids", src_ids, n_ctx=self.config.n_ctx)
         mask = check_padding_mask("src_attention_mask", src_attention_mask, tuple(src_ids.shape))
         mask = padding_mask(mask) if mask is not None else None
-        x = self.src_embed(src_ids)
+        x = self.src_embed(src_ids, "src_ids")
         for block in self.encoder:
             x = block(x, mask=mask)
         return self.encoder_norm(x)
@@ -122,8 +122,8 @@ class EncoderDecoder(nn.Module):
         tgt_attention_mask: Tensor | None = None,
     ) -> Tensor:
         """``(batch, seq_tgt)`` target ids (shifted right, starting with BOS) + memory -> ``(batch, seq_tgt, vocab)`` logits."""
-        check_token_ids("tgt_ids", tgt_ids, self.config.vocab_size, self.config.n_ctx)
-        if memory.dim() != 3 or memory.shape[0] != tgt_ids.shape[0] or memory.shape[-1] != self.config.d_model:
+        check_token_ids("tgt_ids", tgt_ids, n_ctx=self.config.n_ctx)
+        if not isinstance(memory, Tensor) or memory.dim() != 3 or memory.shape[0] != tgt_ids.shape[0] or memory.shape[-1] != self.config.d_model:
             raise ValueError(
                 f"memory must have shape (batch={tgt_ids.shape[0]}, seq_src, d_model={self.config.d_model}), got {tuple(memory.shape)}"
             )
@@ -131,7 +131,7 @@ class EncoderDecoder(nn.Module):
         tgt_mask = check_padding_mask("tgt_attention_mask", tgt_attention_mask, tuple(tgt_ids.shape))
         src_mask = padding_mask(src_mask) if src_mask is not None else None
         tgt_mask = padding_mask(tgt_mask) if tgt_mask is not None else None
-        x = self.tgt_embed(tgt_ids)
+        x = self.tgt_embed(tgt_ids, "tgt_ids")
         for block in self.decoder:
             x = block(x, memory, self_mask=tgt_mask, memory_mask=src_mask)
         return self.lm_head(self.decoder_norm(x))
@@ -166,6 +166,14 @@ class EncoderDecoder(nn.Module):
         check_int("max_new_tokens", max_new_tokens, low=1, high=self.config.n_ctx - 1)
         if eos_token_id is not None:
             check_int("eos_token_id", eos_token_id, low=0, high=self.config.vocab_size - 1)
+        was_training = self.training
+        self.eval()  # greedy decoding must not drop out
+        try:
+            return self._greedy(src_ids, bos_token_id, max_new_tokens, eos_token_id, src_attention_mask)
+        finally:
+            self.train(was_training)
+
+    def _greedy(self, src_ids, bos_token_id, max_new_tokens, eos_token_id, src_attention_mask) -> Tensor:
         memory = self.encode(src_ids, src_attention_mask)
         out = torch.full((src_ids.shape[0], 1), bos_token_id, dtype=torch.long, device=src_ids.device)
         done = torch.zeros(src_ids.shape[0], dtype=torch.bool, device=src_ids.device)

@@ -87,7 +87,7 @@ class GPT2(nn.Module):
             ``(batch, seq, vocab_size)`` logits.
         """
         offset = 0 if kv_cache is None else len(kv_cache)
-        check_token_ids("input_ids", input_ids, self.config.vocab_size, self.config.n_ctx, offset)
+        check_token_ids("input_ids", input_ids, n_ctx=self.config.n_ctx, offset=offset)
         mask = check_padding_mask("attention_mask", attention_mask, tuple(input_ids.shape))
         if mask is not None and kv_cache is not None:
             raise ValueError("attention_mask and kv_cache cannot be combined: generate from unpadded prompts")
@@ -130,7 +130,9 @@ class GPT2(nn.Module):
         return gpt2_from_hf(load_hf_model("GPT2LMHeadModel", model_name))
 
 
-_HF_ACTIVATIONS = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu": "gelu", "relu": "relu"}
+_HF_ACTIVATIONS = {
+    "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu": "gelu", "gelu_python": "gelu", "relu": "relu",
+}
 
 
 def gpt2_from_hf(hf_model) -> GPT2:
@@ -155,6 +157,11 @@ def gpt2_from_hf(hf_model) -> GPT2:
     ==============================  ====================================
     """
     hf = hf_model.config
+    if not getattr(hf, "scale_attn_weights", True) or getattr(hf, "scale_attn_by_inverse_layer_idx", False):
+        raise ValueError(
+            "unsupported GPT-2 variant: scale_attn_weights=False or scale_attn_by_inverse_layer_idx=True "
+            "(our attention always divides by sqrt(d_head))"
+        )
     if hf.activation_function not in _HF_ACTIVATIONS:
         raise ValueError(f"unsupported activation_function {hf.activation_function!r}; known: {sorted(_HF_ACTIVATIONS)}")
     config = GPT2Config(

@@ -1,0 +1,243 @@
+"""layers.attention and layers.masks against torch's own attention."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import transformer_lib as tl
+from transformer_lib.layers.kv_cache import LayerKVCache
+
+from .conftest import assert_unchanged, close, snapshot
+
+
+def qkv(b=2, h=3, sq=5, sk=7, d=8):
+    return torch.randn(b, h, sq, d), torch.randn(b, h, sk, d), torch.randn(b, h, sk, d)
+
+
+@pytest.mark.parametrize("mask_shape", [None, (5, 7), (2, 1, 5, 7), (2, 3, 5, 7), (2, 1, 1, 7)])
+def test_sdpa_matches_torch(mask_shape):
+    q, k, v = qkv()
+    mask = None
+    if mask_shape is not None:
+        mask = torch.rand(mask_shape) > 0.3
+        mask[..., 0] = True  # every query keeps at least one key
+    out, weights = tl.scaled_dot_product_attention(q, k, v, mask)
+    close(out, F.scaled_dot_product_attention(q, k, v, attn_mask=mask))
+    close(weights.sum(-1), torch.ones(2, 3, 5))
+    if mask is not None:
+        assert (weights[~mask.expand_as(weights)] == 0).all()
+
+
+def test_sdpa_causal_matches_torch_is_causal():
+    q, k, v = qkv(sq=6, sk=6)
+    out, weights = tl.scaled_dot_product_attention(q, k, v, tl.causal_mask(6))
+    close(out, F.scaled_dot_product_attention(q, k, v, is_causal=True))
+    assert torch.equal(weights.triu(1), torch.zeros_like(weights))
+
+
+def test_fully_masked_query_gives_zeros_not_nan():
+    q, k, v = qkv(sq=3, sk=3)
+    mask = torch.tensor([[False, False, False], [True, False, False], [True, True, True]])
+    out, weights = tl.scaled_dot_product_attention(q, k, v, mask)
+    assert not out.isnan().any()
+    assert (out[..., 0, :] == 0).all() and (weights[..., 0, :] == 0).all()
+    close(out, F.scaled_dot_product_attention(q, k, v, attn_mask=mask))
+
+
+def test_causal_mask_with_offset():
+    # 2 new queries after 3 cached positions: query i sits at absolute position 3 + i
+    expected = torch.tensor([[1, 1, 1, 1, 0], [1, 1, 1, 1, 1]], dtype=torch.bool)
+    assert torch.equal(tl.causal_mask(2, 5), expected)
+    assert torch.equal(tl.causal_mask(4), torch.ones(4, 4, dtype=torch.bool).tril())
+
+
+def test_padding_mask_shape_and_values():
+    m = tl.padding_mask(torch.tensor([[1, 1, 0], [1, 0, 0]]))
+    assert m.shape == (2, 1, 1, 3) and m.dtype == torch.bool
+    assert m[:, 0, 0].tolist() == [[True, True, False], [True, False, False]]
+
+
+def copy_into_torch_mha(ours: tl.MultiHeadAttention) -> nn.MultiheadAttention:
+    ref = nn.MultiheadAttention(ours.d_model, ours.n_heads, batch_first=True)
+    with torch.no_grad():
+        ref.in_proj_weight.copy_(torch.cat([ours.W_Q.weight, ours.W_K.weight, ours.W_V.weight]))
+        ref.in_proj_bias.copy_(torch.cat([ours.W_Q.bias, ours.W_K.bias, ours.W_V.bias]))
+        ref.out_proj.weight.copy_(ours.W_O.weight)
+        ref.out_proj.bias.copy_(ours.W_O.bias)
+    return ref.eval()
+
+
+@pytest.mark.parametrize("use_sdpa", [False, True])
+def test_mha_matches_nn_multihead_attention(use_sdpa):
+    ours = tl.MultiHeadAttention(32, 4, kind="bidirectional", use_sdpa=use_sdpa).eval()
+    ref = copy_into_torch_mha(ours)
+    x = torch.randn(3, 6, 32)
+    keep = torch.tensor([[1, 1, 1, 1, 1, 1], [1, 1, 1, 1, 0, 0], [1, 1, 0, 0, 0, 0]])
+    expected, _ = ref(x, x, x, key_padding_mask=keep == 0)
+    actual = ours(x, mask=tl.padding_mask(keep))
+    close(actual, expected)
+
+
+def test_causal_mha_matches_nn_multihead_attention():
+    ours = tl.MultiHeadAttention(32, 4, kind="causal").eval()
+    ref = copy_into_torch_mha(ours)
+    x = torch.randn(2, 6, 32)
+    future = torch.ones(6, 6, dtype=torch.bool).triu(1)  # torch: True = NOT allowed
+    expected, _ = ref(x, x, x, attn_mask=future)
+    close(ours(x), expected)
+
+
+def test_cross_mha_matches_nn_multihead_attention():
+    ours = tl.MultiHeadAttention(32, 4, kind="cross").eval()
+    ref = copy_into_torch_mha(ours)
+    x, ctx = torch.randn(2, 5, 32), torch.randn(2, 9, 32)
+    keep = torch.ones(2, 9, dtype=torch.long)
+    keep[1, 6:] = 0
+    expected, _ = ref(x, ctx, ctx, key_padding_mask=keep == 0)
+    close(ours(x, context=ctx, mask=tl.padding_mask(keep)), expected)
+
+
+@pytest.mark.parametrize("kind", ["bidirectional", "causal", "cross"])
+def test_explicit_and_fast_paths_agree(kind):
+    explicit = tl.MultiHeadAttention(32, 4, kind=kind).eval()
+    fast = tl.MultiHeadAttention(32, 4, kind=kind, use_sdpa=True).eval()
+    fast.load_state_dict(explicit.state_dict())
+    x = torch.randn(2, 7, 32)
+    ctx = torch.randn(2, 5, 32) if kind == "cross" else None
+    n_k = 5 if kind == "cross" else 7
+    keep = torch.ones(2, n_k, dtype=torch.long)
+    keep[0, -2:] = 0
+    for mask in (None, tl.padding_mask(keep)):
+        close(fast(x, context=ctx, mask=mask), explicit(x, context=ctx, mask=mask))
+
+
+def test_explicit_and_fast_paths_agree_with_kv_cache():
+    explicit = tl.MultiHeadAttention(32, 4, kind="causal").eval()
+    fast = tl.MultiHeadAttention(32, 4, kind="causal", use_sdpa=True).eval()
+    fast.load_state_dict(explicit.state_dict())
+    x = torch.randn(2, 7, 32)
+    for module in (explicit, fast):
+        cache = LayerKVCache()
+        steps = [module(x[:, :4], kv_cache=cache)] + [module(x[:, i : i + 1], kv_cache=cache) for i in range(4, 7)]
+        close(torch.cat(steps, dim=1), explicit(x))
+
+
+def test_masks_for_batch_greater_than_one_are_per_example():
+    """Each batch element's padding must affect that element only."""
+    mha = tl.MultiHeadAttention(16, 2, kind="causal").eval()
+    a, b = torch.randn(1, 6, 16), torch.randn(1, 6, 16)
+    keep = torch.tensor([[1, 1, 1, 1, 1, 1], [1, 1, 1, 0, 0, 0]])
+    out = mha(torch.cat([a, b]), mask=tl.padding_mask(keep))
+    close(out[0:1], mha(a))
+    close(out[1:2, :3], mha(b[:, :3]))
+
+
+def test_attention_dropout_only_in_training():
+    mha = tl.MultiHeadAttention(16, 2, dropout=0.5)
+    x = torch.randn(2, 6, 16)
+    mha.eval()
+    close(mha(x), mha(x))
+    mha.train()
+    assert not torch.allclose(mha(x), mha(x))
+
+
+def test_capture_attention_records_every_layer_and_head():
+    model = tl.GPT2(tl.GPT2Config(vocab_size=50, n_ctx=16, d_model=32, n_layers=3, n_heads=4, use_sdpa=True)).eval()
+    ids = torch.randint(0, 50, (2, 9))
+    with tl.capture_attention(model) as maps:
+        logits = model(ids)
+    assert list(maps) == ["blocks.0.attn", "blocks.1.attn", "blocks.2.attn"]
+    for w in maps.values():
+        assert w.shape == (2, 4, 9, 9)
+        close(w.sum(-1), torch.ones(2, 4, 9))
+        assert torch.equal(w.triu(1), torch.zeros_like(w))  # causal: nothing above the diagonal
+    close(logits, model(ids))  # capturing does not change the result
+    model(ids)
+    assert len(maps) == 3 and all(m._capture is None for m in model.modules() if isinstance(m, tl.MultiHeadAttention))
+
+
+def test_bad_mask_leaves_the_kv_cache_untouched():
+    mha = tl.MultiHeadAttention(16, 2, kind="causal").eval()
+    cache = LayerKVCache()
+    mha(torch.randn(1, 3, 16), kv_cache=cache)
+    with pytest.raises(ValueError, match="does not broadcast"):
+        mha(torch.randn(1, 1, 16), kv_cache=cache, mask=torch.ones(1, 1, 1, 5, dtype=torch.bool))
+    assert cache.seq_len == 3
+
+
+def test_nested_capture_attention():
+    model = tl.GPT2(tl.GPT2Config(vocab_size=50, n_ctx=16, d_model=32, n_layers=2, n_heads=4)).eval()
+    ids = torch.randint(0, 50, (1, 5))
+    with tl.capture_attention(model) as outer:
+        with tl.capture_attention(model) as inner:
+            model(ids)
+        model(ids)
+    assert len(inner) == 2 and len(outer) == 2
+
+
+def test_attention_forward_mutates_nothing():
+    rope = tl.RotaryEmbedding(8, 16)
+    mha = tl.MultiHeadAttention(32, 4, kind="causal", rope=rope, dropout=0.1)
+    before = snapshot(mha)
+    mha(torch.randn(2, 6, 32), mask=tl.padding_mask(torch.tensor([[1] * 6, [1] * 4 + [0] * 2])))
+    mha.eval()
+    cache = LayerKVCache()
+    mha(torch.randn(2, 3, 32), kv_cache=cache)
+    mha(torch.randn(2, 1, 32), kv_cache=cache)
+    assert_unchanged(mha, before)
+
+
+# ---- errors -----------------------------------------------------------------------------------
+
+
+def test_heads_must_divide_width():
+    with pytest.raises(ValueError, match=r"d_model \(30\) must be divisible by n_heads \(4\)"):
+        tl.MultiHeadAttention(30, 4)
+
+
+def test_unknown_kind():
+    with pytest.raises(ValueError, match=r"kind must be one of \['bidirectional', 'causal', 'cross'\]"):
+        tl.MultiHeadAttention(32, 4, kind="sideways")
+
+
+def test_cross_attention_needs_context():
+    mha = tl.MultiHeadAttention(32, 4, kind="cross")
+    with pytest.raises(ValueError, match="cross-attention needs a context"):
+        mha(torch.randn(2, 5, 32))
+    with pytest.raises(ValueError, match="context is only used by kind='cross'"):
+        tl.MultiHeadAttention(32, 4)(torch.randn(2, 5, 32), context=torch.randn(2, 5, 32))
+
+
+def test_mask_dtype_and_shape_errors():
+    mha = tl.MultiHeadAttention(32, 4)
+    x = torch.randn(2, 5, 32)
+    with pytest.raises(TypeError, match="mask must have dtype torch.bool"):
+        mha(x, mask=torch.ones(5, 5))
+    with pytest.raises(ValueError, match=r"mask of shape \(4, 4\) does not broadcast .* \(2, 4, 5, 5\)"):
+        mha(x, mask=torch.ones(4, 4, dtype=torch.bool))
+    with pytest.raises(ValueError, match=r"does not broadcast"):
+        mha(x, mask=torch.ones(3, 1, 1, 5, dtype=torch.bool))  # batch 3 vs 2
+    with pytest.raises(ValueError, match=r"attention_mask must contain only 0 \(padding\) and 1"):
+        tl.padding_mask(torch.tensor([[1, 2, 0]]))
+    with pytest.raises(TypeError, match="attention_mask must be bool or integer"):
+        tl.padding_mask(torch.tensor([[1.0, 0.0]]))
+
+
+def test_input_width_error():
+    with pytest.raises(ValueError, match=r"x must have shape \(batch, seq, d_model=32\), got \(2, 5, 16\)"):
+        tl.MultiHeadAttention(32, 4)(torch.randn(2, 5, 16))
+
+
+def test_non_float_input_and_context_errors():
+    with pytest.raises(TypeError, match=r"x must be a floating-point tensor"):
+        tl.MultiHeadAttention(32, 4)(torch.zeros(2, 5, 32, dtype=torch.long))
+    with pytest.raises(TypeError, match=r"context must be a torch.Tensor"):
+        tl.MultiHeadAttention(32, 4, kind="cross")(torch.randn(2, 5, 32), context=[1, 2])
+    with pytest.raises(TypeError, match=r"dropout must be a float in \[0, 1\), got str"):
+        tl.MultiHeadAttention(32, 4, dropout="0.1")
+
+
+def test_sdpa_function_shape_errors():
+    with pytest.raises(ValueError, match="same last dimension d_k"):
+        tl.scaled_dot_product_attention(torch.randn(1, 3, 4), torch.randn(1, 3, 5), torch.randn(1, 3, 5))

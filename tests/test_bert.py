@@ -1,0 +1,130 @@
+"""models.bert: equivalence with Hugging Face BERT, masked-position prediction, padding, recipes."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+import transformers
+
+import transformer_lib as tl
+
+from .conftest import assert_unchanged, close, snapshot, tiny_bert
+
+
+def tiny_hf_bert(**overrides):
+    settings = dict(
+        vocab_size=101, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
+        max_position_embeddings=24, type_vocab_size=2, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+    )
+    config = transformers.BertConfig(**{**settings, **overrides})
+    config._attn_implementation = "eager"
+    torch.manual_seed(0)
+    model = transformers.BertForMaskedLM(config).eval()
+    with torch.no_grad():  # move norms and biases off 1/0 so a wrong mapping shows
+        for name, p in model.named_parameters():
+            if "LayerNorm" in name or name.endswith("bias"):
+                p.add_(0.1 * torch.randn_like(p))
+    return model
+
+
+@pytest.mark.parametrize("hidden_act", ["gelu", "gelu_new"])
+def test_logits_match_hugging_face(hidden_act):
+    hf = tiny_hf_bert(hidden_act=hidden_act)
+    ours = tl.bert_from_hf(hf)
+    ids = torch.randint(0, 101, (3, 16))
+    types = torch.cat([torch.zeros(3, 8, dtype=torch.long), torch.ones(3, 8, dtype=torch.long)], dim=1)
+    keep = torch.ones(3, 16, dtype=torch.long)
+    keep[1, 10:] = 0
+    keep[2, 5:] = 0
+    with torch.no_grad():
+        ref = hf(ids, attention_mask=keep, token_type_ids=types).logits
+        logits = ours(ids, attention_mask=keep, token_type_ids=types)
+    close(logits[keep.bool()], ref[keep.bool()])
+    assert ours.mlm_head.decoder.weight is ours.token_embedding.weight
+
+
+def test_mlm_loss_matches_hugging_face():
+    hf = tiny_hf_bert()
+    ours = tl.bert_from_hf(hf)
+    ids = torch.randint(0, 101, (2, 16))
+    labels = torch.full_like(ids, tl.IGNORE_INDEX)
+    labels[0, [2, 5]] = ids[0, [2, 5]]
+    labels[1, 9] = ids[1, 9]
+    with torch.no_grad():
+        close(ours.mlm_loss(ids, labels), hf(ids, labels=labels).loss)
+
+
+def test_predicts_only_the_masked_positions():
+    model = tiny_bert()
+    ids = torch.randint(0, 101, (2, 10))
+    where = torch.zeros(2, 10, dtype=torch.bool)
+    where[0, 3] = where[1, 7] = where[1, 8] = True
+    few = model(ids, masked_positions=where)
+    assert few.shape == (3, 101)
+    close(few, model(ids)[where])
+
+
+def test_padded_positions_never_change_the_other_outputs():
+    model = tiny_bert()
+    keep = torch.tensor([[1] * 10, [1] * 6 + [0] * 4])
+    ids = torch.randint(0, 101, (2, 10))
+    other = torch.where(keep.bool(), ids, torch.randint(0, 101, (2, 10)))
+    a, b = model(ids, attention_mask=keep), model(other, attention_mask=keep)
+    close(a[keep.bool()], b[keep.bool()])
+    close(a[1, :6], model(ids[1:2, :6])[0])  # equals the unpadded sequence alone
+    # bidirectional: without the mask the padding *would* leak into the real positions
+    assert not torch.allclose(model(ids)[1, :6], model(other)[1, :6])
+
+
+def test_every_position_sees_the_future():
+    model = tiny_bert()
+    ids = torch.randint(0, 101, (1, 10))
+    changed = ids.clone()
+    changed[0, 9] = (ids[0, 9] + 1) % 101
+    assert not torch.allclose(model(ids)[0, 0], model(changed)[0, 0])
+
+
+@pytest.mark.parametrize("positional", ["sinusoidal", "rope", "learned"])
+def test_cramming_recipe(positional):
+    config = tl.BERTConfig.cramming(
+        vocab_size=101, n_ctx=24, d_model=32, n_layers=2, n_heads=4, d_ff=64, mask_token_id=3, positional=positional
+    )
+    model = tl.BERT(config).train()
+    assert config.norm_position == "pre" and model.token_type_embedding is None
+    assert isinstance(model.norm_f, tl.LayerNorm)
+    assert not any(n.endswith("bias") for n, _ in model.named_parameters())
+    before = snapshot(model)
+    ids = torch.randint(0, 101, (2, 12))
+    labels = torch.where(torch.rand(2, 12) < 0.3, ids, tl.IGNORE_INDEX)
+    labels[0, 0] = ids[0, 0]
+    loss = model.mlm_loss(ids, labels)
+    assert loss.isfinite() and abs(loss.item() - torch.log(torch.tensor(101.0)).item()) < 1.0
+    assert_unchanged(model, before)
+    with pytest.raises(ValueError, match="no token-type embeddings"):
+        model(ids, token_type_ids=torch.zeros_like(ids))
+
+
+def test_original_recipe_is_post_norm_with_token_types():
+    model = tiny_bert()
+    assert model.config.norm_position == "post" and isinstance(model.norm_f, torch.nn.Identity)
+    assert isinstance(model.embedding_norm, tl.LayerNorm) and model.token_type_embedding is not None
+    hf_count = sum(p.numel() for p in transformers.BertForMaskedLM(transformers.BertConfig()).parameters())
+    assert tl.BERT(tl.BERTConfig()).num_parameters() == hf_count == 109_514_298  # BERT-base with its MLM head
+
+
+def test_bert_errors():
+    model = tiny_bert()
+    ids = torch.randint(0, 101, (2, 10))
+    with pytest.raises(ValueError, match=r"sequence length 25 is longer than the context"):
+        model(torch.zeros(1, 25, dtype=torch.long))
+    with pytest.raises(ValueError, match=r"token id 101, outside the vocabulary \[0, 100\]"):
+        model(torch.full((1, 3), 101))
+    with pytest.raises(TypeError, match="masked_positions must be a bool tensor"):
+        model(ids, masked_positions=torch.zeros(2, 10, dtype=torch.long))
+    with pytest.raises(ValueError, match=r"labels must have the shape of input_ids"):
+        model.mlm_loss(ids, ids[:, :5])
+    with pytest.raises(ValueError, match=r"token_type_ids must have the shape of input_ids"):
+        model(ids, token_type_ids=torch.zeros(2, 3, dtype=torch.long))
+    with pytest.raises(ValueError, match=r"mask_token_id must be in \[0, 100\], got 103"):
+        tl.BERTConfig(vocab_size=101, mask_token_id=103)
+    with pytest.raises(ValueError, match=r"token_type_ids contains token id 2, outside the vocabulary \[0, 1\]"):
+        model(ids, token_type_ids=torch.full((2, 10), 2))
