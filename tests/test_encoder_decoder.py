@@ -22,6 +22,13 @@ def test_shapes_and_structure():
     assert model.decoder[0].cross_attn.kind == "cross" and model.decoder[0].self_attn.kind == "causal"
 
 
+def test_embeddings_are_scaled_by_sqrt_d_model_plus_sinusoids():
+    model = tiny()
+    ids = torch.randint(0, 40, (2, 7))
+    expected = model.src_embed.token_embedding.weight[ids] * 32**0.5 + tl.sinusoidal_encoding(20, 32)[:7]
+    close(model.src_embed(ids, "src_ids"), expected)
+
+
 def test_decoder_is_causal_and_reads_the_whole_source():
     model = tiny()
     src, tgt = torch.randint(0, 40, (1, 9)), torch.randint(0, 30, (1, 6))
