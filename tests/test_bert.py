@@ -111,6 +111,12 @@ def test_original_recipe_is_post_norm_with_token_types():
     assert tl.BERT(tl.BERTConfig()).num_parameters() == hf_count == 109_514_298  # BERT-base with its MLM head
 
 
+@pytest.mark.offline
+def test_from_pretrained_fails_clearly_offline():
+    with pytest.raises(RuntimeError, match=r"could not fetch 'bert-base-uncased' from the Hugging Face Hub"):
+        tl.BERT.from_pretrained("bert-base-uncased")
+
+
 def test_bert_errors():
     model = tiny_bert()
     ids = torch.randint(0, 101, (2, 10))

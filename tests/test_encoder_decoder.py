@@ -51,8 +51,12 @@ def test_source_padding_never_changes_the_outputs():
 
 
 def test_shared_embeddings_and_pre_norm():
-    model = tiny(src_vocab_size=30, share_embeddings=True, norm_position="pre")
+    model = tiny(src_vocab_size=30, norm_position="pre")  # one vocabulary: shared by default
     assert model.src_embed.token_embedding is model.tgt_embed.token_embedding
+    assert model.lm_head.weight is model.src_embed.token_embedding.weight
+    separate = tiny(src_vocab_size=30, share_embeddings=False, norm_position="pre")
+    assert separate.num_parameters() - model.num_parameters() == 30 * 32
+    assert tiny().src_embed.token_embedding is not tiny().tgt_embed.token_embedding  # two vocabularies
     assert isinstance(model.encoder_norm, tl.LayerNorm) and isinstance(model.decoder_norm, tl.LayerNorm)
 
 

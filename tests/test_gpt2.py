@@ -199,7 +199,7 @@ def test_attention_mask_errors():
 def test_unsupported_hugging_face_variants_are_refused():
     with pytest.raises(ValueError, match="scale_attn_by_inverse_layer_idx"):
         tl.gpt2_from_hf(tiny_hf_gpt2(scale_attn_by_inverse_layer_idx=True))
-    with pytest.raises(ValueError, match="unsupported activation_function 'swish'"):
+    with pytest.raises(ValueError, match="unsupported activation 'swish'"):
         tl.gpt2_from_hf(tiny_hf_gpt2(activation_function="swish"))
 
 

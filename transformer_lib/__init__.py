@@ -10,7 +10,7 @@ chapter                                     module
 3  Feed-forward networks                    ``layers.feedforward``
 4  Normalization and residuals              ``layers.normalization``, ``layers.block``
 5  Positional encodings                     ``layers.positions``
-6  Weight tying                             ``models.gpt2`` (``tie_weights``)
+6  Weight tying                             ``models.gpt2`` (``tie_weights``), ``params``
 7  GPT-2                                    ``models.gpt2``, ``init``, ``generation``, ``layers.kv_cache``
 8  BERT                                     ``models.bert``
 9  The full Transformer                     ``models.encoder_decoder``, ``layers.block.DecoderBlock``
@@ -44,6 +44,7 @@ from .layers import (
     scaled_dot_product_attention,
     sinusoidal_encoding,
 )
+from .params import count_parameters
 from .losses import IGNORE_INDEX, causal_lm_loss, masked_lm_loss
 from .models import BERT, GPT2, BERTConfig, EncoderDecoder, EncoderDecoderConfig, GPT2Config, bert_from_hf, gpt2_from_hf
 
@@ -54,7 +55,7 @@ __all__ = [
     "GPT2", "GPT2Config", "GatedFeedForward", "IGNORE_INDEX", "KVCache", "LayerNorm",
     "LearnedPositionalEmbedding", "MultiHeadAttention", "RMSNorm", "RotaryEmbedding",
     "SinusoidalPositionalEncoding", "TokenEmbedding", "TransformerBlock", "TransformerConfig",
-    "bert_from_hf", "capture_attention", "causal_lm_loss", "causal_mask", "combine_masks",
+    "bert_from_hf", "capture_attention", "causal_lm_loss", "causal_mask", "combine_masks", "count_parameters",
     "gated_hidden_size", "generate", "gpt2_from_hf", "init_weights_", "make_ffn", "make_norm", "masked_lm_loss",
     "next_token_probs", "padding_mask", "sample_next_token", "scaled_dot_product_attention",
     "sinusoidal_encoding",

@@ -7,6 +7,18 @@ import socket
 from urllib.parse import urlparse
 
 
+# Hugging Face activation names -> ours (layers/feedforward.py)
+HF_ACTIVATIONS = {
+    "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu": "gelu", "gelu_python": "gelu", "relu": "relu",
+}
+
+
+def hf_activation(name: str) -> str:
+    if name not in HF_ACTIVATIONS:
+        raise ValueError(f"unsupported activation {name!r}; known: {sorted(HF_ACTIVATIONS)}")
+    return HF_ACTIVATIONS[name]
+
+
 def hub_reachable(timeout: float = 3.0) -> bool:
     """Can we open a connection to the Hub? (Behind a proxy we cannot tell, so we say yes and let the download try.)"""
     if os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes"):

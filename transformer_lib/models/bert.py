@@ -22,11 +22,12 @@ from ..config import TransformerConfig
 from ..init import init_weights_
 from ..layers.block import TransformerBlock
 from ..layers.embedding import TokenEmbedding
+from ..params import count_parameters
 from ..layers.feedforward import ACTIVATIONS
 from ..layers.masks import padding_mask
 from ..layers.normalization import make_norm
 from ..losses import IGNORE_INDEX, masked_lm_loss
-from ._hub import load_hf_model
+from ._hub import hf_activation, load_hf_model
 from .gpt2 import make_positions
 
 
@@ -170,13 +171,8 @@ class BERT(nn.Module):
 
     def num_parameters(self, exclude_embeddings: bool = False) -> int:
         """Distinct parameters; ``exclude_embeddings`` leaves out token, position and token-type embeddings."""
-        params = {id(p): p for p in self.parameters()}
-        if exclude_embeddings:
-            for module in (self.token_embedding, self.position_embedding, self.token_type_embedding):
-                if module is not None:
-                    for p in module.parameters():
-                        params.pop(id(p), None)
-        return sum(p.numel() for p in params.values())
+        embeddings = (self.token_embedding, self.position_embedding, self.token_type_embedding)
+        return count_parameters(self, exclude=embeddings if exclude_embeddings else ())
 
     @classmethod
     def from_pretrained(cls, model_name: str = "bert-base-uncased") -> "BERT":
@@ -205,9 +201,6 @@ def bert_from_hf(hf_model) -> BERT:
     ==================================================  ==================================
     """
     hf = hf_model.config
-    act = {"gelu": "gelu", "gelu_python": "gelu", "gelu_new": "gelu_tanh", "relu": "relu"}.get(hf.hidden_act)
-    if act is None:
-        raise ValueError(f"unsupported hidden_act {hf.hidden_act!r}; known: gelu, gelu_python, gelu_new, relu")
     if getattr(hf, "position_embedding_type", "absolute") != "absolute":
         raise ValueError(f"only absolute position embeddings are supported, got {hf.position_embedding_type!r}")
     config = BERTConfig(
@@ -217,7 +210,7 @@ def bert_from_hf(hf_model) -> BERT:
         n_layers=hf.num_hidden_layers,
         n_heads=hf.num_attention_heads,
         d_ff=hf.intermediate_size,
-        ffn=act,
+        ffn=hf_activation(hf.hidden_act),
         norm_eps=hf.layer_norm_eps,
         type_vocab_size=hf.type_vocab_size,
         pad_token_id=hf.pad_token_id if hf.pad_token_id is not None else 0,

@@ -17,11 +17,12 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from .._checks import check_int, check_padding_mask, check_token_ids
+from .._checks import check_bool, check_int, check_padding_mask, check_token_ids
 from ..config import TransformerConfig
 from ..init import init_weights_
 from ..layers.block import DecoderBlock, TransformerBlock
 from ..layers.embedding import TokenEmbedding
+from ..params import count_parameters
 from ..layers.masks import padding_mask
 from ..layers.normalization import make_norm
 from .gpt2 import make_positions
@@ -43,7 +44,7 @@ class EncoderDecoderConfig(TransformerConfig):
     norm_position: str = "post"
     positional: str = "sinusoidal"
     dropout: float = 0.1
-    share_embeddings: bool = False  # one table for source and target (needs one shared vocabulary)
+    share_embeddings: bool | None = None  # one table for source and target; None: share if one vocabulary (as the paper)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -53,6 +54,9 @@ class EncoderDecoderConfig(TransformerConfig):
             self.n_decoder_layers = self.n_layers
         check_int("src_vocab_size", self.src_vocab_size, low=1)
         check_int("n_decoder_layers", self.n_decoder_layers, low=1)
+        if self.share_embeddings is None:
+            self.share_embeddings = self.src_vocab_size == self.vocab_size
+        check_bool("share_embeddings", self.share_embeddings)
         if self.share_embeddings and self.src_vocab_size != self.vocab_size:
             raise ValueError(
                 f"share_embeddings needs src_vocab_size == vocab_size, got {self.src_vocab_size} and {self.vocab_size}"
@@ -186,4 +190,5 @@ class EncoderDecoder(nn.Module):
         return out
 
     def num_parameters(self) -> int:
-        return sum(p.numel() for p in self.parameters())
+        """Distinct parameters (shared or tied embeddings counted once)."""
+        return count_parameters(self)

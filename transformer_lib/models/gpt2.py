@@ -18,12 +18,13 @@ from ..config import TransformerConfig
 from ..init import init_weights_
 from ..layers.block import TransformerBlock
 from ..layers.embedding import TokenEmbedding
+from ..params import count_parameters
 from ..layers.kv_cache import KVCache
 from ..layers.masks import padding_mask
 from ..layers.normalization import make_norm
 from ..layers.positions import LearnedPositionalEmbedding, RotaryEmbedding, SinusoidalPositionalEncoding
 from ..losses import causal_lm_loss
-from ._hub import load_hf_model
+from ._hub import hf_activation, load_hf_model
 
 
 @dataclass
@@ -116,23 +117,13 @@ class GPT2(nn.Module):
         ``exclude_embeddings``: leave out token and position embeddings, as in Kaplan et al.'s
         "non-embedding parameters" (a *tied* head is the token embedding, so it goes too).
         """
-        params = {id(p): p for p in self.parameters()}
-        if exclude_embeddings:
-            for module in (self.token_embedding, self.position_embedding):
-                if module is not None:
-                    for p in module.parameters():
-                        params.pop(id(p), None)
-        return sum(p.numel() for p in params.values())
+        embeddings = (self.token_embedding, self.position_embedding)
+        return count_parameters(self, exclude=embeddings if exclude_embeddings else ())
 
     @classmethod
     def from_pretrained(cls, model_name: str = "gpt2") -> "GPT2":
         """Fetch ``gpt2`` / ``gpt2-medium`` / ``gpt2-large`` / ``gpt2-xl`` from the Hub and convert it."""
         return gpt2_from_hf(load_hf_model("GPT2LMHeadModel", model_name))
-
-
-_HF_ACTIVATIONS = {
-    "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu": "gelu", "gelu_python": "gelu", "relu": "relu",
-}
 
 
 def gpt2_from_hf(hf_model) -> GPT2:
@@ -162,8 +153,6 @@ def gpt2_from_hf(hf_model) -> GPT2:
             "unsupported GPT-2 variant: scale_attn_weights=False or scale_attn_by_inverse_layer_idx=True "
             "(our attention always divides by sqrt(d_head))"
         )
-    if hf.activation_function not in _HF_ACTIVATIONS:
-        raise ValueError(f"unsupported activation_function {hf.activation_function!r}; known: {sorted(_HF_ACTIVATIONS)}")
     config = GPT2Config(
         vocab_size=hf.vocab_size,
         n_ctx=hf.n_positions,
@@ -171,7 +160,7 @@ def gpt2_from_hf(hf_model) -> GPT2:
         n_layers=hf.n_layer,
         n_heads=hf.n_head,
         d_ff=hf.n_inner,
-        ffn=_HF_ACTIVATIONS[hf.activation_function],
+        ffn=hf_activation(hf.activation_function),
         norm_eps=hf.layer_norm_epsilon,
         tie_weights=bool(getattr(hf, "tie_word_embeddings", True)),
     )
