@@ -1,0 +1,92 @@
+"""The machinery behind the exercises' check functions.
+
+A check calls the reader's function on inputs chosen so that common mistakes give *different*
+answers, compares with the library's result, and when they differ names the mistake
+("is your epsilon inside the square root?") by recomputing each known mistake and seeing
+which one the reader's answer matches.
+
+* Right answer: prints a line starting with ``Correct`` and returns True.
+* Not written yet (``raise NotImplementedError``): prints what to do and returns False, so that
+  running a chapter top to bottom (the book's build, nbval) never fails on an unsolved exercise.
+* Wrong answer: raises :class:`ExerciseFailed` (an ``AssertionError``) with the diagnosis.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+from torch import Tensor
+
+
+class ExerciseFailed(AssertionError):
+    """The reader's answer is wrong; the message says how."""
+
+
+class _NotImplementedYet:
+    pass
+
+
+NOT_IMPLEMENTED = _NotImplementedYet()
+
+
+def attempt(fn: Callable, *args, **kwargs):
+    """Call the reader's function; NOT_IMPLEMENTED if it raises NotImplementedError."""
+    try:
+        return fn(*args, **kwargs)
+    except NotImplementedError:
+        return NOT_IMPLEMENTED
+
+
+def pending(name: str) -> bool:
+    print(f"Not implemented yet: write `{name}` above (replace `raise NotImplementedError`), then run this cell again.")
+    return False
+
+
+def correct(message: str) -> bool:
+    print(f"Correct! {message}")
+    return True
+
+
+def fail(message: str):
+    raise ExerciseFailed(message)
+
+
+def expect_tensor(name: str, got, shape: tuple[int, ...] | torch.Size) -> Tensor:
+    """The answer must be a tensor of the given shape."""
+    if not isinstance(got, Tensor):
+        fail(f"{name} should return a torch.Tensor, but it returned {type(got).__name__}.")
+    if tuple(got.shape) != tuple(shape):
+        fail(f"{name} should return shape {tuple(shape)}, but it returned {tuple(got.shape)}.")
+    return got
+
+
+def close(a: Tensor, b: Tensor, atol: float = 1e-5, rtol: float = 1e-4) -> bool:
+    return a.shape == b.shape and torch.allclose(a.float(), b.float(), atol=atol, rtol=rtol)
+
+
+def diagnose(name: str, got: Tensor, expected: Tensor, mistakes: dict[str, Tensor], atol: float = 1e-5) -> None:
+    """Fail with the hint of the first known mistake that ``got`` matches, or with the size of the error."""
+    for hint, wrong in mistakes.items():
+        if close(got, wrong, atol=atol):
+            fail(f"{name} is not right yet. {hint}")
+    err = (got.float() - expected.float()).abs().max().item()
+    fail(f"{name} gives the wrong values (largest difference from the right answer: {err:.3g}). "
+         f"Check the formula step by step against the text.")
+
+
+def check_against(
+    name: str,
+    got,
+    expected: Tensor,
+    mistakes: dict[str, Tensor] | None = None,
+    success: str = "",
+    atol: float = 1e-5,
+) -> bool:
+    """The whole check: pending / shape / values / diagnosis / success."""
+    if got is NOT_IMPLEMENTED:
+        return pending(name)
+    expect_tensor(name, got, expected.shape)
+    if not close(got, expected, atol=atol):
+        diagnose(name, got, expected, mistakes or {}, atol=atol)
+    return correct(success)
