@@ -5,13 +5,13 @@ Where each piece is taught:
 ==========================================  =======================================================
 chapter                                     module
 ==========================================  =======================================================
-1  Tokens, embeddings and logits            ``layers.embedding``, ``losses``
+1  Tokens, embeddings and logits            ``data.tokenizers``, ``layers.embedding``, ``losses``
 2  Attention                                ``layers.attention``, ``layers.masks``
 3  Feed-forward networks                    ``layers.feedforward``
 4  Normalization and residuals              ``layers.normalization``, ``layers.block``
 5  Positional encodings                     ``layers.positions``
 6  Weight tying                             ``models.gpt2`` (``tie_weights``), ``params``
-7  GPT-2                                    ``models.gpt2``, ``init``, ``generation``, ``layers.kv_cache``
+7  GPT-2                                    ``data.datasets``, ``models.gpt2``, ``init``, ``generation``, ``layers.kv_cache``
 8  BERT                                     ``models.bert``
 9  The full Transformer                     ``models.encoder_decoder``, ``layers.block.DecoderBlock``
 10 Putting it together (LLaMA-style)        ``config`` (``norm="rmsnorm"``, ``positional="rope"``, ``ffn="swiglu"``)
@@ -19,6 +19,7 @@ chapter                                     module
 """
 
 from .config import TransformerConfig
+from .data import CharTokenizer, gpt2_tokenizer, load_tiny_shakespeare
 from .generation import generate, next_token_probs, sample_next_token
 from .init import init_weights_
 from .layers import (
@@ -51,12 +52,12 @@ from .models import BERT, GPT2, BERTConfig, EncoderDecoder, EncoderDecoderConfig
 __version__ = "0.1.0"
 
 __all__ = [
-    "BERT", "BERTConfig", "DecoderBlock", "EncoderDecoder", "EncoderDecoderConfig", "FeedForward",
+    "BERT", "BERTConfig", "CharTokenizer", "DecoderBlock", "EncoderDecoder", "EncoderDecoderConfig", "FeedForward",
     "GPT2", "GPT2Config", "GatedFeedForward", "IGNORE_INDEX", "KVCache", "LayerNorm",
     "LearnedPositionalEmbedding", "MultiHeadAttention", "RMSNorm", "RotaryEmbedding",
     "SinusoidalPositionalEncoding", "TokenEmbedding", "TransformerBlock", "TransformerConfig",
     "bert_from_hf", "capture_attention", "causal_lm_loss", "causal_mask", "combine_masks", "count_parameters",
-    "gated_hidden_size", "generate", "gpt2_from_hf", "init_weights_", "make_ffn", "make_norm", "masked_lm_loss",
+    "gated_hidden_size", "generate", "gpt2_from_hf", "gpt2_tokenizer", "init_weights_", "load_tiny_shakespeare", "make_ffn", "make_norm", "masked_lm_loss",
     "next_token_probs", "padding_mask", "sample_next_token", "scaled_dot_product_attention",
     "sinusoidal_encoding",
 ]
