@@ -80,8 +80,10 @@ def test_char_tokenizer_round_trip():
     assert tok.decode(ids) == "hold" and tok.decode(torch.tensor(ids)) == "hold"
     with pytest.raises(ValueError, match=r"character 'z' is not in this tokenizer's vocabulary of 8"):
         tok.encode("zoo")
-    with pytest.raises(ValueError, match=r"token ids must be ints in \[0, 7\]"):
+    with pytest.raises(ValueError, match=r"token ids must be ints in \[0, 7\], got 8"):
         tok.decode([8])
+    with pytest.raises(ValueError, match=r"got -1"):
+        tok.decode([-1])  # not a silent wrap-around to the last character
 
 
 @pytest.mark.skipif(not os.environ.get("TIKTOKEN_CACHE_DIR"), reason="TIKTOKEN_CACHE_DIR not set (no offline copy)")

@@ -56,6 +56,7 @@ def test_gated_hidden_size():
     assert tl.gated_hidden_size(100, 64) == 320  # 266.7 -> next multiple of 64
     assert tl.GatedFeedForward(100, multiple_of=64).W_gate.out_features == 320
     assert tl.make_ffn("geglu", 96, multiple_of=8).W_in.out_features == 256
+    assert tl.make_ffn("swiglu", 96).W_in.bias is None and tl.make_ffn("gelu", 96).W_in.bias is not None
 
 
 def test_ffn_errors():

@@ -37,10 +37,10 @@ class CharTokenizer:
     def decode(self, ids: Sequence[int] | torch.Tensor) -> str:
         if isinstance(ids, torch.Tensor):
             ids = ids.tolist()
-        try:
-            return "".join(self.chars[i] for i in ids)
-        except (IndexError, TypeError):
-            raise ValueError(f"token ids must be ints in [0, {self.vocab_size - 1}]") from None
+        bad = [i for i in ids if not isinstance(i, int) or not 0 <= i < self.vocab_size]
+        if bad:  # (a negative index would silently wrap around in Python)
+            raise ValueError(f"token ids must be ints in [0, {self.vocab_size - 1}], got {bad[0]!r}")
+        return "".join(self.chars[i] for i in ids)
 
     def __repr__(self) -> str:
         return f"CharTokenizer(vocab_size={self.vocab_size})"

@@ -115,10 +115,22 @@ class GatedFeedForward(nn.Module):
 
 
 def make_ffn(
-    kind: str, d_model: int, d_ff: int | None = None, *, multiple_of: int = 64, dropout: float = 0.0, bias: bool = True
+    kind: str,
+    d_model: int,
+    d_ff: int | None = None,
+    *,
+    multiple_of: int = 64,
+    dropout: float = 0.0,
+    bias: bool | None = None,
 ) -> nn.Module:
-    """``kind``: ``"relu" | "gelu" | "gelu_tanh" | "silu"`` (plain FFN) or ``"swiglu" | "geglu"`` (gated)."""
+    """``kind``: ``"relu" | "gelu" | "gelu_tanh" | "silu"`` (plain FFN) or ``"swiglu" | "geglu"`` (gated).
+
+    ``bias=None`` keeps each kind's usual choice: biases in the plain FFN (GPT-2, BERT), none in
+    the gated ones (LLaMA, PaLM).
+    """
     check_choice("ffn", kind, FFN_KINDS)
+    if bias is None:
+        bias = kind not in GATED
     if kind in GATED:
         return GatedFeedForward(d_model, d_ff, activation=GATED[kind], multiple_of=multiple_of, dropout=dropout, bias=bias)
     return FeedForward(d_model, d_ff, activation=kind, dropout=dropout, bias=bias)
