@@ -226,7 +226,7 @@ def capture_attention(model: nn.Module) -> Iterator[dict[str, Tensor]]:
     maps: dict[str, Tensor] = {}
     previous = [module._capture for _, module in modules]
     for name, module in modules:
-        module._capture = (maps, name)
+        module._capture = (maps, name or type(module).__name__)  # the model itself is named ""
     try:
         yield maps
     finally:  # restore, so that nested captures work

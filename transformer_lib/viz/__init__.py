@@ -53,6 +53,7 @@ def show_source(obj) -> "IPython.display.Code":  # noqa: F821
     import transformer_lib
 
     lines, start = inspect.getsourcelines(obj)
+    start = max(start, 1)  # a whole module reports line 0
     path = Path(inspect.getsourcefile(obj)).resolve()
     root = Path(transformer_lib.__file__).resolve().parent.parent
     where = path.relative_to(root) if path.is_relative_to(root) else path.name

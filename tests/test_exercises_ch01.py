@@ -1,0 +1,255 @@
+"""exercises.ch01: each check accepts a right answer, waits for a stub, and names each known mistake."""
+
+import itertools
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from transformer_lib.exercises import ch01 as ex
+from transformer_lib.exercises._checking import ExerciseFailed
+
+
+def stub(*args):
+    raise NotImplementedError
+
+
+# ---------------------------------------------------------------- (a) softmax, written independently
+
+
+def softmax_variants(x, *, dim=-1, stable=True, global_max=False, normalise=True, whole=False, log=False, inplace=False):
+    """A softmax from exp and sum, with switches for the mistakes the check should name."""
+    if stable:
+        m = x.max() if global_max else x.max(dim=dim, keepdim=True).values
+        if inplace:
+            x -= m
+            z = x
+        else:
+            z = x - m
+    else:
+        z = x
+    e = z.exp()
+    if not normalise:
+        return e
+    total = e.sum() if whole else e.sum(dim=dim, keepdim=True)
+    p = e / total
+    return p.log() if log else p
+
+
+def test_softmax_right_answer_passes(capsys):
+    assert ex.check_softmax(softmax_variants) is True
+    assert "Correct" in capsys.readouterr().out
+
+
+def test_softmax_float64_answer_passes():
+    assert ex.check_softmax(lambda x: softmax_variants(x.double())) is True
+
+
+def test_softmax_stub_is_pending(capsys):
+    assert ex.check_softmax(stub) is False
+    assert "Not implemented yet" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "mistake, hint",
+    [
+        (dict(dim=0), r"over dim=0 instead of the last dimension"),
+        (dict(dim=1), r"over dim=1 instead of the last dimension"),
+        (dict(stable=False), r"exp\(1000\) overflows to inf"),
+        (dict(global_max=True), r"maximum of the whole tensor"),
+        (dict(normalise=False), r"exp\(x - max\) without normalising"),
+        (dict(stable=False, normalise=False), r"exp\(x\) without normalising"),
+        (dict(whole=True), r"sum over the \*whole\* tensor"),
+        (dict(log=True), r"log-probabilities \(log-softmax"),
+        (dict(inplace=True), r"changed its input in place"),
+    ],
+)
+def test_softmax_mistakes_are_named(mistake, hint):
+    with pytest.raises(ExerciseFailed, match=hint):
+        ex.check_softmax(lambda x: softmax_variants(x, **mistake))
+
+
+def test_softmax_wrong_dim_also_fails_on_large_logits():
+    """A 2-D-only solution (dim=1) passes nothing: the first input is 3-D."""
+    with pytest.raises(ExerciseFailed, match="dim=-1"):
+        ex.check_softmax(lambda x: torch.softmax(x, dim=1))
+
+
+def test_softmax_wrong_shape_and_type():
+    with pytest.raises(ExerciseFailed, match=r"shape \(2, 3, 5\).*\(2, 3, 1\)"):
+        ex.check_softmax(lambda x: softmax_variants(x).sum(-1, keepdim=True))
+    with pytest.raises(ExerciseFailed, match="torch.Tensor"):
+        ex.check_softmax(lambda x: softmax_variants(x).tolist())
+
+
+def test_softmax_unknown_error_reports_size():
+    with pytest.raises(ExerciseFailed, match="largest difference"):
+        ex.check_softmax(lambda x: softmax_variants(x) * 1.01)
+
+
+def test_softmax_mistakes_are_distinguishable():
+    """On the check's inputs every mistake differs from the answer and from every other mistake."""
+    moderate, _ = ex.softmax_inputs()
+    answers = [torch.softmax(moderate, -1)] + list(ex._softmax_mistakes(moderate).values())
+    for a, b in itertools.combinations(answers, 2):
+        assert not ex._same(a, b)
+
+
+# ---------------------------------------------------------------- (b) cross_entropy, written independently
+
+
+def ce_variants(logits, targets, *, sign=-1, reduce="mean", use="logp", index="pair", log_of_softmax=False, norm_dim=-1):
+    """Cross-entropy by hand, with switches for the mistakes the check should name."""
+    if log_of_softmax:
+        e = (logits - logits.max(dim=-1, keepdim=True).values).exp()
+        logp = (e / e.sum(dim=-1, keepdim=True)).log()
+    else:
+        m = logits.max(dim=norm_dim, keepdim=True).values
+        logp = logits - m - (logits - m).exp().sum(dim=norm_dim, keepdim=True).log()
+    values = {"logp": logp, "p": logp.exp(), "logits": logits}[use]
+    rows = torch.arange(logits.shape[0])
+    if index == "pair":
+        picked = values[rows, targets]
+    elif index == "columns":
+        picked = values[:, targets]
+    elif index == "rows":
+        picked = values[targets]
+    elif index == "swapped":
+        picked = values[targets, rows]
+    elif index == "one_hot_all":
+        return sign * (F.one_hot(targets, logits.shape[-1]) * values).mean()
+    elif index == "one_hot_dim0":
+        return sign * (F.one_hot(targets, logits.shape[-1]) * values).sum(0).mean()
+    if reduce == "none":
+        return sign * picked
+    return sign * (picked.sum() if reduce == "sum" else picked.mean())
+
+
+def test_cross_entropy_right_answer_passes(capsys):
+    assert ex.check_cross_entropy(ce_variants) is True
+    assert "Correct" in capsys.readouterr().out
+
+
+def test_cross_entropy_logsumexp_and_float64_pass():
+    assert ex.check_cross_entropy(lambda z, t: (torch.logsumexp(z, -1) - z[torch.arange(len(t)), t]).mean()) is True
+    assert ex.check_cross_entropy(lambda z, t: ce_variants(z.double(), t)) is True
+
+
+def test_cross_entropy_stub_is_pending(capsys):
+    assert ex.check_cross_entropy(stub) is False
+    assert "Not implemented yet" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "mistake, hint",
+    [
+        (dict(sign=1), r"The sign is wrong"),
+        (dict(reduce="sum"), r"summed over the batch instead of averaging"),
+        (dict(reduce="sum", sign=1), r"summed over the batch and the sign is wrong"),
+        (dict(use="p"), r"target's probability p"),
+        (dict(use="logits"), r"raw logit without normalising"),
+        (dict(norm_dim=0), r"normalised over the batch \(dim=0\)"),
+        (dict(index="columns"), r"logp\[:, targets\]` is a \(batch, batch\) matrix"),
+        (dict(index="rows"), r"logp\[targets\]` indexes the \*batch\* axis"),
+        (dict(index="swapped"), r"indexed \[targets, batch\]"),
+        (dict(index="one_hot_all"), r"averaged over all batch x vocab entries"),
+        (dict(index="one_hot_dim0"), r"summed one_hot \* log p over the batch \(dim=0\)"),
+        (dict(reduce="none"), r"one loss per example"),
+        (dict(log_of_softmax=True), r"log\(0\) = -inf"),
+    ],
+)
+def test_cross_entropy_mistakes_are_named(mistake, hint):
+    with pytest.raises(ExerciseFailed, match=hint):
+        ex.check_cross_entropy(lambda z, t: ce_variants(z, t, **mistake))
+
+
+def test_cross_entropy_naive_exp_is_caught():
+    def naive(z, t):
+        e = z.exp()
+        return -(e / e.sum(-1, keepdim=True))[torch.arange(len(t)), t].log().mean()
+
+    with pytest.raises(ExerciseFailed, match="log-sum-exp"):
+        ex.check_cross_entropy(naive)
+
+
+def test_cross_entropy_narrow_one_hot_is_named():
+    def narrow(z, t):
+        logp = z - torch.logsumexp(z, dim=-1, keepdim=True)
+        return -(F.one_hot(t) * logp).sum(-1).mean()  # one_hot(t) is (batch, max(t) + 1), not (batch, vocab)
+
+    with pytest.raises(ExerciseFailed, match=r"num_classes=logits.shape\[-1\]"):
+        ex.check_cross_entropy(narrow)
+
+
+def test_cross_entropy_wrong_shape_and_type():
+    with pytest.raises(ExerciseFailed, match=r"shape \(\)"):
+        ex.check_cross_entropy(lambda z, t: ce_variants(z, t, index="columns", reduce="none"))
+    with pytest.raises(ExerciseFailed, match="torch.Tensor"):
+        ex.check_cross_entropy(lambda z, t: ce_variants(z, t).item())
+
+
+def test_cross_entropy_unknown_error_reports_size():
+    with pytest.raises(ExerciseFailed, match="largest difference"):
+        ex.check_cross_entropy(lambda z, t: ce_variants(z, t) + 0.1)
+
+
+def test_cross_entropy_mistakes_are_distinguishable():
+    for logits, targets in ex.cross_entropy_inputs():
+        answers = [F.cross_entropy(logits, targets)] + list(ex._ce_mistakes(logits, targets).values())
+        for a, b in itertools.combinations(answers, 2):
+            assert not ex._same(a, b)
+
+
+# ---------------------------------------------------------------- (c) embed_one_hot
+
+
+def embed_variants(ids, W, *, num_classes=True, to_float=True, flatten=False, reshape=True, scale=False, transpose=False):
+    if transpose:
+        ids = ids.T
+    flat = ids.reshape(-1) if flatten else ids
+    one_hot = F.one_hot(flat, W.shape[0]) if num_classes else F.one_hot(flat)
+    if to_float:
+        one_hot = one_hot.to(W.dtype)
+    out = one_hot @ W
+    if flatten and reshape:
+        out = out.reshape(*ids.shape, W.shape[1])
+    return out * math.sqrt(W.shape[1]) if scale else out
+
+
+def test_embed_right_answer_passes(capsys):
+    assert ex.check_embed_one_hot(embed_variants) is True
+    assert ex.check_embed_one_hot(lambda ids, W: embed_variants(ids, W, flatten=True)) is True
+    assert "Correct" in capsys.readouterr().out
+
+
+def test_embed_stub_is_pending(capsys):
+    assert ex.check_embed_one_hot(stub) is False
+    assert "Not implemented yet" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "mistake, hint",
+    [
+        (dict(num_classes=False), r"without num_classes.*num_classes=W.shape\[0\]"),
+        (dict(to_float=False), r"F.one_hot returns integers"),
+        (dict(flatten=True, reshape=False), r"did not reshape back"),
+        (dict(transpose=True), r"batch and sequence axes are swapped"),
+        (dict(scale=True), r"scaled by sqrt\(d_model\)"),
+    ],
+)
+def test_embed_mistakes_are_named(mistake, hint):
+    with pytest.raises(ExerciseFailed, match=hint):
+        ex.check_embed_one_hot(lambda ids, W: embed_variants(ids, W, **mistake))
+
+
+def test_embed_returning_the_one_hot_is_named():
+    with pytest.raises(ExerciseFailed, match="one-hot tensor"):
+        ex.check_embed_one_hot(lambda ids, W: F.one_hot(ids, W.shape[0]).float())
+
+
+def test_embed_wrong_shape_and_values():
+    with pytest.raises(ExerciseFailed, match=r"shape \(2, 3, 4\)"):
+        ex.check_embed_one_hot(lambda ids, W: embed_variants(ids, W)[..., :2])
+    with pytest.raises(ExerciseFailed, match="largest difference"):
+        ex.check_embed_one_hot(lambda ids, W: embed_variants(ids, W) + 0.01)

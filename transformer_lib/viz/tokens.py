@@ -1,0 +1,187 @@
+"""Figures for tokens and next-token distributions.
+
+Defined in chapter 1, *Tokens, embeddings and logits* (``book/01_tokens.ipynb``).
+
+Both figures work in the static book, with no Python running:
+
+* :func:`tokenization_explorer` draws each sentence as a row of coloured blocks, one per token,
+  as wide as the characters it covers; a dropdown switches tokenizer (``Plotly.update``: one
+  trace per tokenizer made visible, the title and the per-row token counts replaced); hovering a
+  block shows its text and id.
+* :func:`temperature_explorer` draws ``softmax(logits / T)`` as bars; a slider picks ``T`` from
+  precomputed steps (one bar trace per step, made visible by the step) and retitles the figure
+  with the top token and the entropy; two buttons set a linear or log probability axis.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable, Sequence
+
+import plotly.graph_objects as go
+import torch
+from torch import Tensor
+
+# light, distinct colours: neighbouring tokens always differ
+PALETTE = ("#a6cee3", "#b2df8a", "#fdbf6f", "#cab2d6", "#fb9a99", "#ffff99", "#8dd3c7", "#d9d9d9")
+
+VISIBLE_SPACE = {" ": "␣", "\n": "↵", "\t": "⇥"}
+
+
+def show_whitespace(piece: str) -> str:
+    """``piece`` with spaces, newlines and tabs drawn as visible symbols (␣ ↵ ⇥)."""
+    return "".join(VISIBLE_SPACE.get(c, c) for c in piece)
+
+
+def token_pieces(tokenizer, text: str) -> list[tuple[str, int]]:
+    """``(piece, id)`` for each token of ``text``: the text a token stands for, and its id.
+
+    Works for a tiktoken ``Encoding`` (GPT-2's BPE) and for a
+    :class:`~transformer_lib.data.tokenizers.CharTokenizer`. A byte-level BPE token can be part
+    of a multi-byte character (an emoji is several tokens); such pieces are shown as ``\\xNN``.
+    """
+    ids = tokenizer.encode(text)
+    if hasattr(tokenizer, "decode_single_token_bytes"):  # tiktoken
+        return [(tokenizer.decode_single_token_bytes(i).decode("utf-8", errors="backslashreplace"), i) for i in ids]
+    return [(tokenizer.decode([i]), i) for i in ids]
+
+
+def tokenization_explorer(
+    sentences: Sequence[str],
+    tokenizers: dict[str, Callable[[str], list[tuple[str, int]]]],
+    height_per_row: int = 70,
+) -> go.Figure:
+    """Each sentence as a row of token blocks; a dropdown chooses the tokenizer.
+
+    Args:
+        sentences: the texts, one row each (top to bottom).
+        tokenizers: name -> function ``text -> [(piece, id), ...]`` (e.g. ``lambda s: token_pieces(enc, s)``).
+            The first is shown first.
+        height_per_row: pixels per sentence.
+
+    A block spans the characters its token covers (x axis: character position), so the views of
+    one sentence line up and merged characters are visible as wider blocks. Trace ``k`` holds
+    every block of tokenizer ``k``; button ``k`` makes only it visible.
+    """
+    names = list(tokenizers)
+    if not names or not sentences:
+        raise ValueError("tokenization_explorer needs at least one sentence and one tokenizer")
+    fig = go.Figure()
+    titles, ticktexts = [], []
+    for k, name in enumerate(names):
+        xs, bases, ys, texts, hovers, colours, counts = [], [], [], [], [], [], []
+        for row, sentence in enumerate(sentences):
+            pieces = tokenizers[name](sentence)
+            start = 0
+            for j, (piece, token_id) in enumerate(pieces):
+                width = max(len(piece), 1)
+                xs.append(width)
+                bases.append(start)
+                ys.append(row)
+                texts.append(show_whitespace(piece))
+                hovers.append(f"{piece!r}<br>id {token_id}<br>token {j + 1} of {len(pieces)}<br>"
+                              f"characters {start}–{start + width - 1}")
+                colours.append(PALETTE[j % len(PALETTE)])
+                start += width
+            counts.append((len(pieces), len(sentence)))
+        fig.add_trace(go.Bar(
+            x=xs, base=bases, y=ys, orientation="h", text=texts, hovertext=hovers, hoverinfo="text",
+            textposition="inside", insidetextanchor="middle", textfont=dict(size=12, family="monospace"),
+            marker=dict(color=colours, line=dict(color="white", width=1.5)), width=0.8,
+            name=name, visible=k == 0, showlegend=False, cliponaxis=False,
+        ))
+        n_tokens, n_chars = sum(c[0] for c in counts), sum(c[1] for c in counts)
+        titles.append(f"{name}: {n_tokens} tokens for {n_chars} characters "
+                      f"({n_chars / n_tokens:.2f} characters per token)")
+        ticktexts.append([f"{n} tokens" for n, _ in counts])
+    buttons = [
+        dict(label=name, method="update",
+             args=[{"visible": [j == k for j in range(len(names))]},
+                   {"title.text": titles[k], "yaxis.ticktext": ticktexts[k]}])
+        for k, name in enumerate(names)
+    ]
+    longest = max(len(s) for s in sentences)
+    fig.update_layout(
+        title=dict(text=titles[0], x=0.0, xanchor="left", y=0.97),
+        updatemenus=[dict(buttons=buttons, direction="down", x=1.0, xanchor="right", y=1.0, yanchor="bottom",
+                          showactive=True)],
+        xaxis=dict(title="character position", range=[-0.5, longest + 0.5], showgrid=False, zeroline=False),
+        yaxis=dict(tickmode="array", tickvals=list(range(len(sentences))), ticktext=ticktexts[0],
+                   autorange="reversed", showgrid=False),
+        bargap=0.2, height=130 + height_per_row * len(sentences), margin=dict(l=80, r=20, t=90, b=50),
+        plot_bgcolor="white", uniformtext=dict(minsize=8, mode="show"),
+    )
+    return fig
+
+
+def entropy(probs: Tensor) -> float:
+    """Entropy in nats, ``-sum p log p`` (terms with ``p = 0`` count 0)."""
+    p = probs.double()
+    return float(-(p * torch.where(p > 0, p.log(), torch.zeros_like(p))).sum())
+
+
+def temperature_explorer(
+    logits: Tensor,
+    labels: Sequence[str],
+    temperatures: Sequence[float] = (0.1, 0.2, 0.3, 0.5, 0.7, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0),
+    active: float = 1.0,
+    context: str = "",
+) -> go.Figure:
+    """Bars of ``softmax(logits / T)``, one slider step per temperature ``T``.
+
+    Args:
+        logits: ``(vocab,)`` scores of the next token.
+        labels: ``vocab`` names for the bars (drawn with visible whitespace).
+        temperatures: the slider's steps, each > 0.
+        active: the temperature shown first (one of ``temperatures``).
+        context: what came before, for the title.
+
+    Bars are in order of decreasing logit, so the order is the same at every temperature; a
+    dashed line marks the uniform distribution ``1 / vocab``. Trace ``k`` is temperature ``k``.
+    Two buttons switch the probability axis between linear and log scale (the log scale shows the
+    tail that a low temperature crushes).
+    """
+    if logits.dim() != 1 or len(labels) != logits.shape[0]:
+        raise ValueError(f"logits must be (vocab,) with one label each, got {tuple(logits.shape)} and {len(labels)} labels")
+    if any(t <= 0 for t in temperatures) or active not in temperatures:
+        raise ValueError(f"temperatures must be > 0 and include active={active}")
+    order = torch.argsort(logits, descending=True)
+    shown = [show_whitespace(labels[i]) for i in order]
+    vocab = logits.shape[0]
+    fig = go.Figure()
+    titles = []
+    for k, t in enumerate(temperatures):
+        p = torch.softmax(logits.double() / t, dim=-1)[order]
+        fig.add_trace(go.Bar(
+            x=list(range(vocab)), y=p.tolist(), visible=t == active, name=f"T = {t:g}", showlegend=False,
+            customdata=[[shown[j], float(logits[order[j]])] for j in range(vocab)],
+            hovertemplate="%{customdata[0]}<br>logit %{customdata[1]:.2f}<br>p = %{y:.4f}<extra></extra>",
+            marker_color="#1f77b4",
+        ))
+        titles.append(f"{context}T = {t:g}: top token {shown[0]!r} p = {float(p[0]):.3f}, "
+                      f"entropy {entropy(p):.2f} nats (uniform: ln {vocab} = {math.log(vocab):.2f})")
+    steps = [
+        dict(label=f"{t:g}", method="update",
+             args=[{"visible": [j == k for j in range(len(temperatures))]}, {"title.text": titles[k]}])
+        for k, t in enumerate(temperatures)
+    ]
+    start = list(temperatures).index(active)
+    smallest = min(float(torch.softmax(logits.double() / t, dim=-1).min()) for t in temperatures)
+    log_floor = max(math.log10(max(smallest, 1e-300)) - 0.2, -12.0)  # log axis: down to the smallest bar (at most 1e-12)
+    fig.update_layout(
+        title=dict(text=titles[start], x=0.0, xanchor="left"),
+        sliders=[dict(active=start, steps=steps, currentvalue=dict(prefix="temperature T = "), pad=dict(t=60))],
+        xaxis=dict(tickmode="array", tickvals=list(range(vocab)), ticktext=shown, tickangle=0, tickfont=dict(size=10),
+                   title="next token (sorted by logit)"),
+        yaxis=dict(range=[0, 1], title="probability", exponentformat="power"),
+        updatemenus=[dict(type="buttons", direction="right", x=1.0, xanchor="right", y=1.0, yanchor="bottom",
+                          showactive=True, active=0, buttons=[
+                              dict(label="linear", method="relayout", args=[{"yaxis.type": "linear", "yaxis.range": [0, 1]}]),
+                              dict(label="log scale", method="relayout",
+                                   args=[{"yaxis.type": "log", "yaxis.range": [log_floor, 0]}]),
+                          ])],
+        shapes=[dict(type="line", xref="paper", x0=0, x1=1, y0=1 / vocab, y1=1 / vocab,
+                     line=dict(dash="dash", color="gray", width=1))],
+        height=480, margin=dict(t=60, b=40), bargap=0.15,
+    )
+    return fig
