@@ -11,15 +11,15 @@ chapter                                     module
 4  Normalization and residuals              ``layers.normalization``, ``layers.block``
 5  Positional encodings                     ``layers.positions``
 6  Weight tying                             ``models.gpt2`` (``tie_weights``), ``params``
-7  GPT-2                                    ``data.datasets``, ``models.gpt2``, ``init``, ``generation``, ``layers.kv_cache``
-8  BERT                                     ``models.bert``
+7  GPT-2                                    ``data.datasets``, ``data.batches``, ``training``, ``models.gpt2``, ``init``, ``generation``, ``layers.kv_cache``
+8  BERT                                     ``models.bert``, ``data.mlm``
 9  The full Transformer                     ``models.encoder_decoder``, ``layers.block.DecoderBlock``
 10 Putting it together (LLaMA-style)        ``config`` (``norm="rmsnorm"``, ``positional="rope"``, ``ffn="swiglu"``)
 ==========================================  =======================================================
 """
 
 from .config import TransformerConfig
-from .data import CharTokenizer, gpt2_tokenizer, load_tiny_shakespeare
+from .data import BatchSampler, CharTokenizer, MLMCollator, get_batch, gpt2_tokenizer, load_tiny_shakespeare, train_val_split
 from .generation import generate, next_token_probs, sample_next_token
 from .init import init_weights_
 from .layers import (
@@ -46,17 +46,18 @@ from .layers import (
     sinusoidal_encoding,
 )
 from .params import count_parameters
+from .training import Callback, TrainConfig, TrainState, auto_device, load_checkpoint, lr_at, save_checkpoint, train
 from .losses import IGNORE_INDEX, causal_lm_loss, masked_lm_loss
 from .models import BERT, GPT2, BERTConfig, EncoderDecoder, EncoderDecoderConfig, GPT2Config, bert_from_hf, gpt2_from_hf
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "BERT", "BERTConfig", "CharTokenizer", "DecoderBlock", "EncoderDecoder", "EncoderDecoderConfig", "FeedForward",
+    "BERT", "BERTConfig", "BatchSampler", "Callback", "CharTokenizer", "MLMCollator", "TrainConfig", "TrainState", "DecoderBlock", "EncoderDecoder", "EncoderDecoderConfig", "FeedForward",
     "GPT2", "GPT2Config", "GatedFeedForward", "IGNORE_INDEX", "KVCache", "LayerNorm",
     "LearnedPositionalEmbedding", "MultiHeadAttention", "RMSNorm", "RotaryEmbedding",
     "SinusoidalPositionalEncoding", "TokenEmbedding", "TransformerBlock", "TransformerConfig",
-    "bert_from_hf", "capture_attention", "causal_lm_loss", "causal_mask", "combine_masks", "count_parameters",
+    "auto_device", "bert_from_hf", "get_batch", "load_checkpoint", "lr_at", "save_checkpoint", "train", "train_val_split", "capture_attention", "causal_lm_loss", "causal_mask", "combine_masks", "count_parameters",
     "gated_hidden_size", "generate", "gpt2_from_hf", "gpt2_tokenizer", "init_weights_", "load_tiny_shakespeare", "make_ffn", "make_norm", "masked_lm_loss",
     "next_token_probs", "padding_mask", "sample_next_token", "scaled_dot_product_attention",
     "sinusoidal_encoding",

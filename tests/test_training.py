@@ -1,0 +1,131 @@
+"""training: schedule, optimizer groups, the loop lowers the loss, checkpoints, speed vs a plain loop."""
+
+import math
+import time
+
+import pytest
+import torch
+
+import transformer_lib as tl
+from transformer_lib.training import autocast_settings, make_optimizer
+
+from .conftest import close, tiny_gpt2
+
+
+def test_warmup_then_cosine():
+    lrs = [tl.lr_at(s, 1e-3, 1e-4, 10, 110) for s in range(120)]
+    assert lrs[0] == pytest.approx(1e-4) and lrs[9] == pytest.approx(1e-3)  # linear warm-up
+    assert all(a < b for a, b in zip(lrs[:10], lrs[1:10]))
+    assert lrs[60] == pytest.approx(1e-4 + 0.5 * (1 + math.cos(math.pi * 0.5)) * 9e-4)  # halfway down the cosine
+    assert all(a >= b for a, b in zip(lrs[10:110], lrs[11:111]))
+    assert lrs[110] == lrs[119] == pytest.approx(1e-4)
+
+
+def test_weight_decay_only_on_matrices_and_tied_tensor_once():
+    model = tiny_gpt2()
+    opt = make_optimizer(model, 1e-3, weight_decay=0.1)
+    decay, no_decay = opt.param_groups
+    assert decay["weight_decay"] == 0.1 and no_decay["weight_decay"] == 0.0
+    assert all(p.dim() >= 2 for p in decay["params"]) and all(p.dim() < 2 for p in no_decay["params"])
+    n = sum(p.numel() for g in opt.param_groups for p in g["params"])
+    assert n == model.num_parameters()  # the tied head is not optimised twice
+
+
+def toy_task(seed=0):
+    """Predict the next token of a repeating pattern: learnable in a few dozen steps."""
+    data = torch.arange(2000) % 7
+    return tl.BatchSampler(data, batch_size=8, block_size=16, seed=seed)
+
+
+def test_training_lowers_the_loss_and_records_history():
+    model = tiny_gpt2(vocab_size=7, n_ctx=16)
+    config = tl.TrainConfig(max_steps=60, lr=3e-3, warmup_steps=5, eval_interval=20, eval_steps=2, progress=False, device="cpu")
+    state = tl.train(model, toy_task(), toy_task(1), config)
+    assert [h["step"] for h in state.history] == [0, 20, 40, 60]
+    first, last = state.history[0], state.history[-1]
+    assert first["train_loss"] == pytest.approx(math.log(7), abs=0.3)
+    assert last["val_loss"] < 0.5 * first["val_loss"]
+    assert not model.training
+
+
+def test_callbacks_see_every_evaluation():
+    seen = []
+
+    class Spy(tl.Callback):
+        def on_train_start(self, state, model):
+            seen.append("start")
+
+        def on_eval(self, state, model):
+            seen.append(state.step)
+
+        def on_train_end(self, state, model):
+            seen.append("end")
+
+    config = tl.TrainConfig(max_steps=4, eval_interval=2, eval_steps=1, progress=False, device="cpu")
+    tl.train(tiny_gpt2(vocab_size=7, n_ctx=16), toy_task(), None, config, callbacks=[Spy()])
+    assert seen == ["start", 0, 2, 4, "end"]
+
+
+def test_checkpoint_round_trip(tmp_path):
+    model = tiny_gpt2()
+    opt = make_optimizer(model, 1e-3)
+    model.loss(*toy_task()()).backward()
+    opt.step()
+    path = tl.save_checkpoint(tmp_path / "ckpt.pt", model, opt, step=7)
+    fresh = tiny_gpt2()
+    fresh_opt = make_optimizer(fresh, 1e-3)
+    assert tl.load_checkpoint(path, fresh, fresh_opt) == {"step": 7}
+    ids = torch.randint(0, 97, (2, 8))
+    close(fresh(ids), model(ids))
+    assert fresh.lm_head.weight is fresh.token_embedding.weight
+    assert fresh_opt.state_dict()["state"].keys() == opt.state_dict()["state"].keys()
+    with pytest.raises(ValueError, match="different config"):
+        tl.load_checkpoint(path, tiny_gpt2(d_model=64))
+
+
+def test_config_errors():
+    with pytest.raises(ValueError, match=r"min_lr must be in \[0, lr=0.001\]"):
+        tl.TrainConfig(lr=1e-3, min_lr=1e-2)
+    with pytest.raises(ValueError, match=r"max_steps must be in \[1, inf\], got 0"):
+        tl.TrainConfig(max_steps=0)
+
+
+def test_mixed_precision_choice():
+    assert autocast_settings(torch.device("cpu"), True) == (None, False)
+    assert autocast_settings(torch.device("cpu"), False) == (None, False)
+
+
+def test_loop_is_as_fast_as_a_plain_loop():
+    """The library loop may not be slower than the hand-written nanoGPT-style loop it replaces."""
+    torch.set_num_threads(1)
+    steps = 30
+
+    def make():
+        torch.manual_seed(0)
+        return tl.GPT2(tl.GPT2Config(vocab_size=65, n_ctx=64, d_model=64, n_layers=2, n_heads=4))
+
+    def plain():
+        model, batches = make(), tl.BatchSampler(torch.arange(5000) % 65, 12, 64)
+        opt = make_optimizer(model, 1e-3)
+        start = time.perf_counter()
+        for _ in range(steps):
+            loss = model.loss(*batches())
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+        return time.perf_counter() - start
+
+    def library():
+        model, batches = make(), tl.BatchSampler(torch.arange(5000) % 65, 12, 64)
+        config = tl.TrainConfig(max_steps=steps, eval_interval=10_000, eval_steps=1, progress=False, device="cpu")
+        start = time.perf_counter()
+        tl.train(model, batches, None, config)
+        return time.perf_counter() - start
+
+    try:
+        plain_s = min(plain() for _ in range(3))
+        library_s = min(library() for _ in range(3))
+    finally:
+        torch.set_num_threads(torch.get_num_interop_threads())
+    assert library_s < 1.25 * plain_s, f"library loop {library_s:.3f}s vs plain {plain_s:.3f}s"

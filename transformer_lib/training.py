@@ -1,0 +1,267 @@
+"""The one training loop every chapter uses.
+
+Taught in chapter 7, *GPT-2* (``book/07_gpt2.ipynb``); reused by chapters 6, 8, 9 and 10.
+
+    for step in range(max_steps):
+        lr = warmup then cosine(step)
+        loss = loss_fn(model, next batch)          # bf16/fp16 autocast on a GPU
+        loss.backward(); clip gradients; AdamW step
+        every eval_interval steps: mean train and validation loss on a few batches, callbacks
+
+Speed: no ``.item()`` (a GPU sync) except when logging; fused AdamW on CUDA; optional
+``torch.compile``. Decay applies to matrices only (weights of linear layers and embeddings),
+not to biases and norm gains, as in GPT-2 and nanoGPT.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+from torch import Tensor, nn
+
+from ._checks import check_int, check_positive
+
+Batch = Any  # a tensor, a tuple of tensors, or a dict of tensors
+
+
+def auto_device() -> torch.device:
+    """CUDA if there is a GPU, else Apple's MPS, else the CPU."""
+    if torch.cuda.is_available():
+        return torch.device("cuda")
+    if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
+        return torch.device("mps")
+    return torch.device("cpu")
+
+
+def lr_at(step: int, lr: float, min_lr: float, warmup_steps: int, max_steps: int) -> float:
+    """Linear warm-up from ~0 to ``lr`` over ``warmup_steps``, then cosine decay to ``min_lr`` at ``max_steps``."""
+    if step < warmup_steps:
+        return lr * (step + 1) / warmup_steps
+    if step >= max_steps:
+        return min_lr
+    progress = (step - warmup_steps) / max(1, max_steps - warmup_steps)
+    return min_lr + 0.5 * (1.0 + math.cos(math.pi * progress)) * (lr - min_lr)
+
+
+def make_optimizer(
+    model: nn.Module, lr: float, weight_decay: float = 0.1, betas: tuple[float, float] = (0.9, 0.95), fused: bool | None = None
+) -> torch.optim.AdamW:
+    """AdamW with two groups: matrices (dim >= 2) decayed, vectors (biases, norm gains) not."""
+    params = {id(p): p for p in model.parameters() if p.requires_grad}.values()  # a tied tensor once
+    decay = [p for p in params if p.dim() >= 2]
+    no_decay = [p for p in params if p.dim() < 2]
+    groups = [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    if fused is None:
+        fused = all(p.is_cuda for p in params)
+    return torch.optim.AdamW(groups, lr=lr, betas=betas, fused=fused)
+
+
+def to_device(batch: Batch, device: torch.device) -> Batch:
+    if isinstance(batch, Tensor):
+        return batch.to(device, non_blocking=True)
+    if isinstance(batch, dict):
+        return {k: to_device(v, device) for k, v in batch.items()}
+    if isinstance(batch, (tuple, list)):
+        return type(batch)(to_device(v, device) for v in batch)
+    return batch
+
+
+def default_loss(model: nn.Module, batch: Batch) -> Tensor:
+    """``model.loss(*batch)`` for a tuple (GPT-2: inputs, targets), ``model.mlm_loss(**batch)`` for a dict (BERT)."""
+    if isinstance(batch, dict):
+        return model.mlm_loss(**batch)
+    return model.loss(*batch)
+
+
+@dataclass
+class TrainConfig:
+    """Settings of :func:`train`. Defined in chapter 7."""
+
+    max_steps: int = 1000
+    lr: float = 1e-3
+    min_lr: float | None = None  # None: lr / 10
+    warmup_steps: int = 100
+    weight_decay: float = 0.1
+    betas: tuple[float, float] = (0.9, 0.95)
+    grad_clip: float | None = 1.0
+    eval_interval: int = 100  # steps between evaluations (and log lines)
+    eval_steps: int = 20  # batches averaged per evaluation
+    device: str | None = None  # None: auto_device()
+    mixed_precision: bool = True  # bf16 (or fp16 with a gradient scaler) on CUDA; ignored on CPU
+    compile: bool = False  # torch.compile the model
+    progress: bool = True  # a tqdm progress bar
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        check_int("max_steps", self.max_steps, low=1)
+        check_int("warmup_steps", self.warmup_steps, low=0)
+        check_int("eval_interval", self.eval_interval, low=1)
+        check_int("eval_steps", self.eval_steps, low=1)
+        check_positive("lr", self.lr)
+        if self.min_lr is None:
+            self.min_lr = self.lr / 10
+        if not 0 <= self.min_lr <= self.lr:
+            raise ValueError(f"min_lr must be in [0, lr={self.lr}], got {self.min_lr}")
+        if self.grad_clip is not None:
+            check_positive("grad_clip", self.grad_clip)
+
+
+@dataclass
+class TrainState:
+    """What callbacks see. Losses are Python floats, set at evaluation steps."""
+
+    step: int = 0
+    lr: float = 0.0
+    train_loss: float | None = None
+    val_loss: float | None = None
+    elapsed: float = 0.0  # seconds since the start of training
+    history: list[dict] = field(default_factory=list)  # one dict per evaluation
+
+
+class Callback:
+    """Override any of these to watch training (the live loss chart is one)."""
+
+    def on_train_start(self, state: TrainState, model: nn.Module) -> None: ...
+
+    def on_eval(self, state: TrainState, model: nn.Module) -> None: ...
+
+    def on_train_end(self, state: TrainState, model: nn.Module) -> None: ...
+
+
+def autocast_settings(device: torch.device, mixed_precision: bool) -> tuple[torch.dtype | None, bool]:
+    """``(autocast dtype or None, use a gradient scaler)``: bf16 where supported, else fp16 + scaler (T4)."""
+    if not mixed_precision or device.type != "cuda":
+        return None, False
+    if torch.cuda.is_bf16_supported():
+        return torch.bfloat16, False
+    return torch.float16, True
+
+
+@torch.no_grad()
+def estimate_loss(
+    model: nn.Module, batches: Callable[[], Batch], steps: int, loss_fn=default_loss, device=None, dtype=None
+) -> float:
+    """Mean loss over ``steps`` batches in eval mode (one GPU sync at the end)."""
+    was_training = model.training
+    model.eval()
+    device = device or next(model.parameters()).device
+    total = torch.zeros((), device=device)
+    for _ in range(steps):
+        with torch.autocast(device.type, dtype=dtype, enabled=dtype is not None):
+            total += loss_fn(model, to_device(batches(), device)).float()
+    model.train(was_training)
+    return (total / steps).item()
+
+
+def train(
+    model: nn.Module,
+    train_batches: Callable[[], Batch],
+    val_batches: Callable[[], Batch] | None = None,
+    config: TrainConfig | None = None,
+    loss_fn: Callable[[nn.Module, Batch], Tensor] = default_loss,
+    callbacks: list[Callback] = (),
+) -> TrainState:
+    """Train ``model`` in place and return the final :class:`TrainState` (its ``history`` has every evaluation).
+
+    Args:
+        train_batches, val_batches: functions returning a fresh batch, e.g. a :class:`BatchSampler`.
+        loss_fn: ``loss_fn(model, batch) -> scalar loss``; see :func:`default_loss`.
+        callbacks: objects with ``on_train_start``, ``on_eval``, ``on_train_end``.
+    """
+    config = config or TrainConfig()
+    device = torch.device(config.device) if config.device else auto_device()
+    torch.manual_seed(config.seed)
+    model.to(device).train()
+    dtype, use_scaler = autocast_settings(device, config.mixed_precision)
+    scaler = torch.amp.GradScaler("cuda", enabled=use_scaler)
+    optimizer = make_optimizer(model, config.lr, config.weight_decay, config.betas)
+    step_model = torch.compile(model) if config.compile else model
+
+    state = TrainState()
+    start = time.perf_counter()
+    for cb in callbacks:
+        cb.on_train_start(state, model)
+    bar = None
+    if config.progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=config.max_steps, desc="training", leave=True)
+
+    def evaluate(step: int) -> None:
+        state.step = step
+        state.train_loss = estimate_loss(model, train_batches, config.eval_steps, loss_fn, device, dtype)
+        if val_batches is not None:
+            state.val_loss = estimate_loss(model, val_batches, config.eval_steps, loss_fn, device, dtype)
+        state.elapsed = time.perf_counter() - start
+        state.history.append(
+            {"step": step, "lr": state.lr, "train_loss": state.train_loss, "val_loss": state.val_loss, "elapsed": state.elapsed}
+        )
+        if bar is not None:
+            bar.set_postfix(train=f"{state.train_loss:.3f}", val="-" if state.val_loss is None else f"{state.val_loss:.3f}")
+        for cb in callbacks:
+            cb.on_eval(state, model)
+
+    for step in range(config.max_steps):
+        if step % config.eval_interval == 0:
+            evaluate(step)
+        state.lr = lr_at(step, config.lr, config.min_lr, config.warmup_steps, config.max_steps)
+        for group in optimizer.param_groups:
+            group["lr"] = state.lr
+        batch = to_device(train_batches(), device)
+        with torch.autocast(device.type, dtype=dtype, enabled=dtype is not None):
+            loss = loss_fn(step_model, batch)
+        scaler.scale(loss).backward()
+        if config.grad_clip is not None:
+            scaler.unscale_(optimizer)
+            nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
+        scaler.step(optimizer)
+        scaler.update()
+        optimizer.zero_grad(set_to_none=True)
+        if bar is not None:
+            bar.update(1)
+    evaluate(config.max_steps)
+    if bar is not None:
+        bar.close()
+    model.eval()
+    for cb in callbacks:
+        cb.on_train_end(state, model)
+    return state
+
+
+def save_checkpoint(path: str | Path, model: nn.Module, optimizer: torch.optim.Optimizer | None = None, **extra) -> Path:
+    """Save the model's weights (a tied tensor is restored as tied), its config, and optionally the optimizer.
+
+    ``extra`` holds plain values (numbers, strings, lists, dicts), e.g. ``step=1000``.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    config = getattr(model, "config", None)
+    payload = {
+        "model": model.state_dict(),
+        "config": asdict(config) if config is not None else None,
+        "optimizer": optimizer.state_dict() if optimizer is not None else None,
+        "extra": extra,
+    }
+    torch.save(payload, path)
+    return path
+
+
+def load_checkpoint(path: str | Path, model: nn.Module, optimizer: torch.optim.Optimizer | None = None) -> dict:
+    """Load weights (and optimizer state) saved by :func:`save_checkpoint` into ``model``; returns ``extra``.
+
+    ``weights_only=True``: a checkpoint can hold tensors and plain values only, never code.
+    """
+    payload = torch.load(path, map_location="cpu", weights_only=True)
+    config = getattr(model, "config", None)
+    if config is not None and payload["config"] is not None and payload["config"] != asdict(config):
+        diff = {k: (v, payload["config"].get(k)) for k, v in asdict(config).items() if payload["config"].get(k) != v}
+        raise ValueError(f"checkpoint was saved from a model with a different config: (model, checkpoint) = {diff}")
+    model.load_state_dict(payload["model"])
+    if optimizer is not None and payload["optimizer"] is not None:
+        optimizer.load_state_dict(payload["optimizer"])
+    return payload["extra"]
