@@ -48,7 +48,7 @@ from .layers import (
 from .params import count_parameters
 from .training import Callback, TrainConfig, TrainState, auto_device, load_checkpoint, lr_at, save_checkpoint, train
 from .losses import IGNORE_INDEX, causal_lm_loss, masked_lm_loss
-from .models import BERT, GPT2, BERTConfig, EncoderDecoder, EncoderDecoderConfig, GPT2Config, bert_from_hf, gpt2_from_hf
+from .models import hub_reachable, BERT, GPT2, BERTConfig, EncoderDecoder, EncoderDecoderConfig, GPT2Config, bert_from_hf, gpt2_from_hf
 
 __version__ = "0.1.0"
 
@@ -58,7 +58,7 @@ __all__ = [
     "LearnedPositionalEmbedding", "MultiHeadAttention", "RMSNorm", "RotaryEmbedding",
     "SinusoidalPositionalEncoding", "TokenEmbedding", "TransformerBlock", "TransformerConfig",
     "auto_device", "bert_from_hf", "get_batch", "load_checkpoint", "lr_at", "save_checkpoint", "train", "train_val_split", "capture_attention", "causal_lm_loss", "causal_mask", "combine_masks", "count_parameters",
-    "gated_hidden_size", "generate", "gpt2_from_hf", "gpt2_tokenizer", "init_weights_", "load_tiny_shakespeare", "make_ffn", "make_norm", "masked_lm_loss",
+    "gated_hidden_size", "generate", "gpt2_from_hf", "gpt2_tokenizer", "hub_reachable", "init_weights_", "load_tiny_shakespeare", "make_ffn", "make_norm", "masked_lm_loss",
     "next_token_probs", "padding_mask", "sample_next_token", "scaled_dot_product_attention",
     "sinusoidal_encoding",
 ]
