@@ -52,6 +52,7 @@ def show_source(obj) -> "IPython.display.Code":  # noqa: F821
 
     import transformer_lib
 
+    obj = inspect.unwrap(obj)  # a decorated function (e.g. @contextmanager): show the function itself
     lines, start = inspect.getsourcelines(obj)
     start = max(start, 1)  # a whole module reports line 0
     path = Path(inspect.getsourcefile(obj)).resolve()
