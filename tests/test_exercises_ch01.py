@@ -70,6 +70,16 @@ def test_softmax_mistakes_are_named(mistake, hint):
         ex.check_softmax(lambda x: softmax_variants(x, **mistake))
 
 
+def test_softmax_without_keepdim_is_explained():
+    """A missing keepdim=True makes the reader's code raise: the check names the shape and the fix."""
+    def no_keepdim(x):
+        e = (x - x.max(dim=-1).values).exp()  # (2, 3, 5) - (2, 3): a broadcasting error
+        return e / e.sum(dim=-1)
+
+    with pytest.raises(ExerciseFailed, match=r"(?s)softmax raised RuntimeError.*shape \(2, 3, 5\).*keepdim=True"):
+        ex.check_softmax(no_keepdim)
+
+
 def test_softmax_wrong_dim_also_fails_on_large_logits():
     """A 2-D-only solution (dim=1) passes nothing: the first input is 3-D."""
     with pytest.raises(ExerciseFailed, match="dim=-1"):

@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ..layers.embedding import TokenEmbedding
-from ._checking import NOT_IMPLEMENTED, attempt, check_against, correct, diagnose, expect_tensor, fail, pending
+from ._checking import NOT_IMPLEMENTED, ExerciseFailed, attempt, check_against, correct, diagnose, expect_tensor, fail, pending
 
 __all__ = [
     "check_cross_entropy",
@@ -109,7 +109,15 @@ def check_softmax(fn: Callable[[Tensor], Tensor]) -> bool:
     moderate, large = softmax_inputs()
     for x in (moderate, large):
         x_before = x.clone()
-        got = attempt(fn, x)
+        try:
+            got = attempt(fn, x)
+        except ExerciseFailed:
+            raise
+        except Exception as e:  # the reader's bug: say what it was called with and the likely cause
+            fail(f"softmax raised {type(e).__name__}: {e}\n(called with logits of shape {tuple(x.shape)}). "
+                 "A shape error usually means a reduction lost its dimension: `x.max(dim=-1)` and "
+                 "`e.sum(dim=-1)` have shape (...,) without the vocabulary axis, which does not broadcast "
+                 "against (..., vocab). Pass keepdim=True, e.g. `e / e.sum(dim=-1, keepdim=True)`.")
         if got is NOT_IMPLEMENTED:
             return pending("softmax")
         if not torch.equal(x, x_before):
