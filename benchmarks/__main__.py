@@ -101,6 +101,8 @@ def main(argv: list[str] | None = None) -> dict:
     if "convergence" not in args.skip:
         log("convergence")
         results["convergence"] = suite.convergence(opts)
+        # the yardstick on the same recipe, weights and batches: what the target means for plain PyTorch
+        results["convergence_plain"] = suite.convergence(opts, plain=True)
     if "gpu" not in args.skip:
         log("GPU")
         results["gpu"] = suite.gpu(opts)

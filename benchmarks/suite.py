@@ -235,26 +235,29 @@ class _StopAt(tl.Callback):
 
 def convergence(opts: Options, setting: Setting = BABY, steps: int | None = None, eval_interval: int = 250,
                 eval_steps: int = 20, target: float | None = None, stop_at_target: bool = False,
-                compile: bool = False) -> dict:
+                compile: bool = False, plain: bool = False) -> dict:
     """Train ``setting`` on Tiny Shakespeare with nanoGPT's recipe; the final validation loss and the time.
 
     lr 1e-3 with 100 warm-up steps, cosine to 1e-4 at the last step, AdamW betas (0.9, 0.99),
     weight decay 0.1, clipping at 1, batches of ``setting.batch`` windows of ``setting.n_ctx``.
     The final loss is estimated twice: on ``eval_steps`` batches as nanoGPT does (``eval_iters``)
-    and on 200 batches, a steadier estimate.
+    and on 200 batches, a steadier estimate. ``plain``: train the nanoGPT-style yardstick
+    (``benchmarks/reference.py``) instead, from the same initial weights on the same batches.
     """
     steps = steps or opts.convergence_steps
     target = opts.convergence_target if target is None else target
     train_ids, val_ids, tok = shakespeare()
     torch.manual_seed(opts.seed)
     model = tl.GPT2(replace(setting, vocab_size=tok.vocab_size).gpt2_config(use_sdpa=False))
+    if plain:
+        model = from_library(model)
     warmup = min(100, steps // 2)
     config = _train_config(opts.device, max_steps=steps, min_lr=1e-4, warmup_steps=warmup, fast_path=True,
                            eval_interval=eval_interval, eval_steps=eval_steps, seed=opts.seed, compile=compile)
     stop = _StopAt(target if stop_at_target else None)
     train_batches = tl.BatchSampler(train_ids, setting.batch, setting.n_ctx, seed=0)
     val_batches = tl.BatchSampler(val_ids, setting.batch, setting.n_ctx, seed=1)
-    opts.log(f"  {setting.name}: {steps} steps of {setting.batch} x {setting.n_ctx} tokens ...")
+    opts.log(f"  {setting.name}{' (plain PyTorch)' if plain else ''}: {steps} steps of {setting.batch} x {setting.n_ctx} tokens ...")
     start = time.perf_counter()
     try:
         state = tl.train(model, train_batches, val_batches, config, callbacks=[stop])
@@ -264,9 +267,9 @@ def convergence(opts: Options, setting: Setting = BABY, steps: int | None = None
     seconds = time.perf_counter() - start
     model.eval()
     steady = estimate_loss(model, tl.BatchSampler(val_ids, setting.batch, setting.n_ctx, seed=2), 200,
-                           device=opts.device, dtype=torch.bfloat16 if opts.device.type == "cuda" else None)
+                           device=opts.device, dtype=tl.training.mixed_precision_dtype(opts.device))
     result = {
-        "setting": setting.name, "steps": steps, "warmup_steps": warmup, "seconds": seconds, "target": target,
+        "setting": setting.name, "model": "plain PyTorch" if plain else "library", "steps": steps, "warmup_steps": warmup, "seconds": seconds, "target": target,
         "val_loss": history[-1]["val_loss"] if history else stop.reached["val_loss"],
         "val_loss_200_batches": steady, "eval_steps": eval_steps,
         "history": [{k: h[k] for k in ("step", "train_loss", "val_loss", "elapsed")} for h in (history or [])],

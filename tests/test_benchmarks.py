@@ -9,6 +9,7 @@ import pytest
 import torch
 
 import transformer_lib as tl
+from transformer_lib import speed
 from benchmarks import report
 from benchmarks.reference import from_library
 
@@ -33,7 +34,12 @@ def test_quick_run_prints_the_tables_and_writes_the_results(tmp_path):
             assert r["vs_explicit"] == 1.0
     assert "| baby | fast |" in run.stdout and "vs explicit" in run.stdout
     assert all(g["same_tokens"] for g in results["generation"])
-    assert results["convergence"]["steps"] == 30 and results["convergence"]["val_loss"] < 4.2  # ln 65: it learned
+    lib, plain = results["convergence"], results["convergence_plain"]
+    assert lib["steps"] == 30 and lib["val_loss"] < 4.2  # ln 65: it learned
+    # the yardstick from the same weights on the same batches: the same run, up to float rounding
+    assert (lib["model"], plain["model"]) == ("library", "plain PyTorch")
+    assert abs(lib["val_loss_200_batches"] - plain["val_loss_200_batches"]) < 2e-3
+    assert "| library | 30 |" in run.stdout and "| plain PyTorch | 30 |" in run.stdout
     if device == "cpu":
         assert results["gpu"] == {"skipped": "skipped: no CUDA device (the GPU section needs one)"}
         assert "Skipped: no CUDA device" in run.stdout
@@ -79,6 +85,8 @@ def test_update_readme_fills_the_block(tmp_path):
                "load_before": [0.1, 0.1, 0.1], "load_after": [0.2, 0.1, 0.1], "seconds": 900.0,
                "convergence": {"steps": 2000, "val_loss": 1.85, "val_loss_200_batches": 1.86, "eval_steps": 20,
                                "seconds": 300.0, "target": 1.88, "passed": True, "passed_200_batches": True},
+               "convergence_plain": {"steps": 2000, "val_loss": 1.86, "val_loss_200_batches": 1.87, "eval_steps": 20,
+                                     "seconds": 290.0, "target": 1.88, "passed": True, "passed_200_batches": True},
                "gpu": {"skipped": "skipped: no CUDA device (the GPU section needs one)"}}
     (tmp_path / "cpu.json").write_text(json.dumps(results))
     readme = tmp_path / "README.md"
@@ -87,7 +95,57 @@ def test_update_readme_fills_the_block(tmp_path):
     text = readme.read_text()
     assert "old" not in text and text.endswith(f"{report.END}\nrest\n")
     assert "**Test CPU (4 cores, 4 PyTorch threads)**" in text and "validation loss **1.850** on 20 batches" in text and "1.88; met" in text
+    assert "trained the same way from the same weights, reached 1.860 and 1.870." in text
     readme.write_text("no markers")
     with pytest.raises(ValueError, match="has no block"):
         report.update_readme(readme, tmp_path)
     assert not report.update_readme(readme, tmp_path / "empty")
+
+
+def test_gpu_section_runs_on_stand_in_sizes(monkeypatch):
+    """The GPU section's code path on the CPU (CI has no GPU): tiny stand-ins for GPT-2 small and
+    shakespeare_char, a batch that "does not fit" until it is halved twice, the MFU from an H100's
+    peak, the time to a target, and both reports of the result."""
+    from dataclasses import replace
+
+    from benchmarks import suite
+
+    monkeypatch.setattr(suite, "GPT2_SMALL", replace(suite.GPT2_SMALL, n_layers=1, n_heads=2, d_model=32, n_ctx=32))
+    monkeypatch.setattr(suite, "SHAKESPEARE_CHAR", replace(suite.BABY, name="shakespeare_char", n_layers=1, d_model=32,
+                                                            n_ctx=32, batch=8))
+    tried = []
+    real_step = suite._gpt2_step
+
+    def step_that_runs_out_of_memory(setting, opts, name):
+        tried.append(setting.batch)
+        if setting.batch > 2:
+            raise RuntimeError("CUDA out of memory. Tried to allocate 12.00 GiB")
+        return real_step(setting, opts, name)
+
+    monkeypatch.setattr(suite, "_gpt2_step", step_that_runs_out_of_memory)
+    log = []
+    opts = suite.Options(device=torch.device("cpu"), repeats=2, warmup=1, min_run_seconds=0.01, gpu_batch=8,
+                         gpu_target=3.5, log=log.append)
+    g = suite.gpu_measurements(opts, "NVIDIA H100 80GB HBM3")
+
+    assert tried == [8, 4, 2] and "batch 8 does not fit in memory; trying 4" in "\n".join(log)
+    assert g["device"] == "NVIDIA H100 80GB HBM3" and g["peak_flops"] == 989e12 and g["dtype"] == "float32"
+    assert "batch 2" in g["setting"] and g["vocab"] == "50257 padded to 50304"
+    model = tl.GPT2(suite.GPT2_SMALL.gpt2_config(use_sdpa=True))
+    assert g["flops_per_token"] == speed.model_flops_per_token(model, 32)
+    assert g["tokens_per_s"] == pytest.approx(2 * 32 / (g["step_ms"] / 1e3))
+    assert g["mfu"] == pytest.approx(g["tokens_per_s"] * g["flops_per_token"] / 989e12)
+    assert len(g["runs_ms"]) == 2 and g["peak_memory_mib"] > 0 and g["compile_seconds"] > 0
+    t = g["time_to_target"]
+    assert t["target"] == 3.5 and t["reached"]["val_loss"] <= 3.5 and t["reached"]["step"] % 250 == 0
+
+    results = {"device": "cuda", "quick": False, "date": "2026-01-01 00:00", "command": "python -m benchmarks",
+               "machine": {"cpu": "Test CPU", "cpu_cores": 16, "torch_threads": 16, "torch": "2.x", "python": "3.x",
+                           "gpu": "NVIDIA H100 80GB HBM3"},
+               "load_before": [0.1, 0.1, 0.1], "load_after": [0.2, 0.1, 0.1], "seconds": 900.0, "gpu": g,
+               "options": {"repeats": 2, "slow_step_seconds": 2.0, "warmup": 1, "min_run_seconds": 0.01}}
+    table = report.markdown(results)
+    assert f"| {g['step_ms']:.1f} | {g['tokens_per_s']:,.0f} |" in table and f"{g['mfu']:.1%}" in table
+    assert f"reached at step {t['reached']['step']}" in table
+    summary = report.readme_summary(results)
+    assert "**NVIDIA H100 80GB HBM3**" in summary and f"MFU **{g['mfu']:.1%}**" in summary

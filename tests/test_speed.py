@@ -47,7 +47,8 @@ def test_mfu_and_errors():
 @pytest.mark.parametrize(
     "name, peak",
     [("NVIDIA H100 80GB HBM3", 989e12), ("NVIDIA H100 PCIe", 756e12), ("NVIDIA H200", 989e12),
-     ("NVIDIA A100-SXM4-40GB", 312e12), ("Tesla T4", 65e12), ("NVIDIA L4", 121e12), ("NVIDIA L40S", 362e12)],
+     ("NVIDIA A100-SXM4-40GB", 312e12), ("Tesla T4", 65e12), ("NVIDIA L4", 121e12), ("NVIDIA L40S", 362e12),
+     ("NVIDIA L40", 181e12)],
 )
 def test_peak_flops_by_device_name(name, peak):
     assert speed.peak_flops(name) == peak

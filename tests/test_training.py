@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import transformer_lib as tl
-from transformer_lib.training import TrainStep, autocast_settings, make_optimizer
+from transformer_lib.training import TrainStep, autocast_settings, make_optimizer, mixed_precision_dtype
 
 from .conftest import close, tiny_gpt2
 
@@ -99,6 +99,22 @@ def test_config_errors():
 def test_mixed_precision_choice():
     assert autocast_settings(torch.device("cpu"), True) == (None, False)
     assert autocast_settings(torch.device("cpu"), False) == (None, False)
+
+
+@pytest.mark.parametrize("capability, expected", [((7, 5), (torch.float16, True)),  # T4: bf16 only emulated
+                                                  ((7, 0), (torch.float16, True)),  # V100
+                                                  ((8, 0), (torch.bfloat16, False)),  # A100
+                                                  ((8, 9), (torch.bfloat16, False)),  # L4
+                                                  ((9, 0), (torch.bfloat16, False))])  # H100
+def test_mixed_precision_on_gpus(monkeypatch, capability, expected):
+    """bf16 only where the GPU computes it natively: torch.cuda.is_bf16_supported() says yes on a T4 too."""
+    monkeypatch.setattr(torch.version, "hip", None)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)  # what a T4 answers by default
+    assert autocast_settings(torch.device("cuda"), True) == expected
+    assert autocast_settings(torch.device("cuda"), False) == (None, False)
+    assert mixed_precision_dtype("cuda:0") == expected[0]
+    assert mixed_precision_dtype("cpu") is None
 
 
 def test_loop_is_as_fast_as_a_plain_loop():

@@ -71,6 +71,7 @@ PEAK_FLOPS: dict[str, float] = {
     "H200": 989e12,
     "A100": 312e12,
     "L40S": 362e12,
+    "L40": 181e12,  # before "L4", which its name contains
     "L4": 121e12,
     "V100": 125e12,
     "T4": 65e12,

@@ -113,7 +113,7 @@ class TrainConfig:
     eval_interval: int = 100  # steps between evaluations (and log lines)
     eval_steps: int = 20  # batches averaged per evaluation
     device: str | None = None  # None: auto_device()
-    mixed_precision: bool = True  # bf16 (or fp16 with a gradient scaler) on CUDA; ignored on CPU
+    mixed_precision: bool = True  # on CUDA: bf16 where native (A100, L4, H100), else fp16 + gradient scaler (T4); ignored on CPU
     compile: bool = False  # torch.compile the loss (the model's forward and the loss function)
     # the defaults train fast (issue: "the fast path is the default for training"); the modules keep
     # their own (explicit) settings outside tl.train, which is the path the chapters read
@@ -161,13 +161,25 @@ class Callback:
     def on_train_end(self, state: TrainState, model: nn.Module) -> None: ...
 
 
+def mixed_precision_dtype(device: torch.device | str) -> torch.dtype | None:
+    """The autocast dtype for a GPU: bf16 where its tensor cores compute it, else fp16; None on a CPU.
+
+    bf16 runs in hardware from compute capability 8.0 (A100, L4, H100) and on AMD GPUs. Not
+    ``torch.cuda.is_bf16_supported()``: by default it also answers yes where bf16 is only emulated,
+    as on Colab's T4, which then runs several times slower than in fp16.
+    """
+    device = torch.device(device)
+    if device.type != "cuda":
+        return None
+    if torch.version.hip or torch.cuda.get_device_capability(device)[0] >= 8:
+        return torch.bfloat16
+    return torch.float16
+
+
 def autocast_settings(device: torch.device, mixed_precision: bool) -> tuple[torch.dtype | None, bool]:
-    """``(autocast dtype or None, use a gradient scaler)``: bf16 where supported, else fp16 + scaler (T4)."""
-    if not mixed_precision or device.type != "cuda":
-        return None, False
-    if torch.cuda.is_bf16_supported():
-        return torch.bfloat16, False
-    return torch.float16, True
+    """``(autocast dtype or None, use a gradient scaler)``: bf16 where native, else fp16 + scaler (T4, V100)."""
+    dtype = mixed_precision_dtype(device) if mixed_precision else None
+    return dtype, dtype == torch.float16
 
 
 @torch.no_grad()

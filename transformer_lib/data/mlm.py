@@ -62,18 +62,19 @@ class MLMCollator:
         if input_ids.dim() != 2:
             raise ValueError(f"input_ids must have shape (batch, seq), got {tuple(input_ids.shape)}")
         ids = input_ids.long()
-        g = self.generator
-        maskable = ~torch.isin(ids, self.special)
-        chosen = (torch.rand(ids.shape, generator=g) < self.mask_prob) & maskable
+        # random numbers from the (CPU) generator, the same whatever the batch's device, then moved to it
+        on = dict(generator=self.generator, device=self.generator.device)
+        maskable = ~torch.isin(ids, self.special.to(ids.device))
+        chosen = (torch.rand(ids.shape, **on).to(ids.device) < self.mask_prob) & maskable
         if maskable.any() and not chosen.any():  # never a batch with nothing to predict
             flat = maskable.flatten().nonzero().squeeze(1)
-            chosen.view(-1)[flat[torch.randint(len(flat), (1,), generator=g)]] = True
-        roll = torch.rand(ids.shape, generator=g)
+            chosen.view(-1)[flat[torch.randint(len(flat), (1,), **on)]] = True
+        roll = torch.rand(ids.shape, **on).to(ids.device)
         to_mask = chosen & (roll < self.mask_fraction)
         to_random = chosen & (roll >= self.mask_fraction) & (roll < self.mask_fraction + self.random_fraction)
         corrupted = ids.clone()
         corrupted[to_mask] = self.mask_token_id
-        random_ids = self.replacements[torch.randint(len(self.replacements), ids.shape, generator=g)]
+        random_ids = self.replacements[torch.randint(len(self.replacements), ids.shape, **on)].to(ids.device)
         corrupted[to_random] = random_ids[to_random]
         labels = torch.where(chosen, ids, torch.full_like(ids, IGNORE_INDEX))
         out = {"input_ids": corrupted, "labels": labels}
