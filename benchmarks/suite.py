@@ -11,7 +11,7 @@ import copy
 import time
 from contextlib import ExitStack
 from dataclasses import dataclass, replace
-from typing import Callable
+from typing import Any, Callable
 
 import torch
 
@@ -97,7 +97,7 @@ def _random_batches(setting: Setting, device: torch.device, seed: int):
     return tl.BatchSampler(data, setting.batch, setting.n_ctx, seed=seed, device=device)
 
 
-def interleaved_medians(fns: dict[str, Callable[[], object]], opts: Options) -> dict[str, list[float]]:
+def interleaved_medians(fns: dict[Any, Callable[[], object]], opts: Options) -> dict[Any, list[float]]:
     """:func:`transformer_lib.speed.time_interleaved` with the run's options."""
     return speed.time_interleaved(fns, warmup=opts.warmup, repeats=opts.repeats, min_run_seconds=opts.min_run_seconds,
                                   slow_step_seconds=opts.slow_step_seconds, slow_repeats=opts.slow_repeats,
@@ -153,15 +153,15 @@ def throughput(opts: Options) -> list[dict]:
                 opts.log(f"    compiled in {time.perf_counter() - start:.0f} s")
                 start = time.perf_counter()
             opts.log(f"  {setting.name}: timing {len(fns)} variants in turn ...")
-            runs = interleaved_medians({f"{name}{' compiled' if c else ''}": fn for (name, c), fn in fns.items()}, opts)
+            runs = interleaved_medians(fns, opts)  # keyed (name, compiled)
             group = []
             for (name, compiled), m in variants.items():
                 memory = None if compiled else speed.peak_memory(fns[name, compiled], m, steps[name, compiled].optimizer) / MiB
-                step_s = speed.median(runs[f"{name}{' compiled' if compiled else ''}"])
+                step_s = speed.median(runs[name, compiled])
                 group.append({
                     "setting": setting.name, "compiled": compiled, "attention": name,
                     "step_ms": step_s * 1e3, "tokens_per_s": setting.tokens_per_step / step_s,
-                    "runs_ms": [r * 1e3 for r in runs[f"{name}{' compiled' if compiled else ''}"]], "peak_memory_mib": memory,
+                    "runs_ms": [r * 1e3 for r in runs[name, compiled]], "peak_memory_mib": memory,
                 })
         get = {(r["attention"], r["compiled"]): r for r in group}
         for r in group:
@@ -184,9 +184,6 @@ def generation(opts: Options) -> list[dict]:
     for setting in opts.settings:
         torch.manual_seed(opts.seed)
         model = tl.GPT2(setting.gpt2_config(use_sdpa=True)).to(opts.device).eval()
-        for m in model.modules():  # the fast path's kernels for the activations and norms too
-            if hasattr(m, "fused"):
-                m.fused = True
         prompt = torch.zeros(1, 1, dtype=torch.long, device=opts.device)  # one token, then opts.new_tokens more
         outputs, runs = {}, {}
         fns = {}
@@ -194,9 +191,10 @@ def generation(opts: Options) -> list[dict]:
             def run(use_cache=use_cache):
                 outputs[use_cache] = tl.generate(model, prompt, opts.new_tokens, do_sample=False, use_cache=use_cache)
             fns[use_cache] = run
-        for use_cache, fn in fns.items():  # warm up on a few tokens
-            tl.generate(model, prompt, 4, do_sample=False, use_cache=use_cache)
-            runs[use_cache] = speed.time_calls(fn, warmup=0, repeats=opts.generation_repeats, device=opts.device)
+        with tl.fast_path(model):  # the fused kernels for the activations and norms too
+            for use_cache, fn in fns.items():  # warm up on a few tokens
+                tl.generate(model, prompt, 4, do_sample=False, use_cache=use_cache)
+                runs[use_cache] = speed.time_calls(fn, warmup=0, repeats=opts.generation_repeats, device=opts.device)
         cached, full = (opts.new_tokens / speed.median(runs[c]) for c in (True, False))
         rows.append({
             "setting": setting.name, "new_tokens": opts.new_tokens, "context": setting.n_ctx,
@@ -292,12 +290,13 @@ def _gpt2_step(setting: Setting, opts: Options, name: str):
     """GPT-2 small on the fast path, compiled (the first step, timed apart: compilation)."""
     torch.manual_seed(opts.seed)
     model = tl.GPT2(setting.gpt2_config(use_sdpa=True)).to(opts.device).train()
-    for m in model.modules():  # the fast path's activation and norm kernels (compile fuses them anyway)
-        if hasattr(m, "fused"):
-            m.fused = True
     step = TrainStep(model, _train_config(opts.device, compile=True))
     batches = _random_batches(setting, opts.device, opts.seed)
-    fn = lambda: step(batches(), 1e-4)  # noqa: E731
+
+    def fn():
+        with tl.fast_path(model):  # the fused activation and norm kernels too (compile fuses them anyway)
+            return step(batches(), 1e-4)
+
     opts.log(f"  {setting.name} on {name}, batch {setting.batch} x {setting.n_ctx}: compiling ...")
     start = time.perf_counter()
     fn()

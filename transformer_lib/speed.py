@@ -168,7 +168,7 @@ def median(values: list[float]) -> float:
 
 
 def time_interleaved(
-    fns: dict[str, Callable[[], Any]],
+    fns: dict[Any, Callable[[], Any]],
     *,
     warmup: int = 2,
     repeats: int = 5,
@@ -176,7 +176,7 @@ def time_interleaved(
     slow_step_seconds: float = 2.0,
     slow_repeats: int = 3,
     device: torch.device | str | None = None,
-) -> dict[str, list[float]]:
+) -> dict[Any, list[float]]:
     """Seconds per call of each of several ``fns``, timed in turn: ``{name: [seconds per call, ...]}``.
 
     To compare variants on a shared machine: warm each up, then time one run of each, round after
@@ -194,7 +194,7 @@ def time_interleaved(
         if not slow and warmup > 1:
             first = time_calls(fn, warmup=warmup - 1, repeats=1, device=device)[0]
         numbers[name] = max(1, math.ceil(min_run_seconds / max(first, 1e-9)))
-    runs: dict[str, list[float]] = {name: [] for name in fns}
+    runs: dict[Any, list[float]] = {name: [] for name in fns}
     for _ in range(min(repeats, slow_repeats) if slow else repeats):
         for name, fn in fns.items():
             runs[name] += time_calls(fn, warmup=0, repeats=1, number=numbers[name], device=device)
@@ -279,10 +279,12 @@ def profile_step(
     use_device_time = device.type == "cuda"
 
     def tagged(event) -> str | None:
-        """The innermost module part around ``event`` (in forward), or None."""
+        """The innermost module part around ``event`` (in forward), or None; attention's softmax on its own."""
+        name = event.name
         while event is not None:
             if event.name.startswith(_TAG):
-                return event.name[len(_TAG):]
+                part = event.name[len(_TAG):]
+                return "softmax" if part == "attention" and "softmax" in name else part
             event = event.cpu_parent
         return None
 
@@ -300,9 +302,17 @@ def profile_step(
         if part is None and any(op in e.name for op in _LOSS_OPS):
             part = "loss"
         if part is not None:
-            if part == "attention" and "softmax" in e.name:
-                part = "softmax"
             forward_part.setdefault(e.sequence_nr, part)
+
+    def backward_optimizer_or_loss(e) -> str:
+        """The part of an operation outside every module's forward."""
+        if (bw := enclosing(e, _BACKWARD)) is not None:
+            return forward_part.get(bw.sequence_nr, "other")  # the backward of a forward operation
+        if enclosing(e, "Optimizer.") is not None:
+            return "optimizer"
+        if any(op in e.name for op in _LOSS_OPS) or (e.cpu_parent is not None and any(op in e.cpu_parent.name for op in _LOSS_OPS)):
+            return "loss"
+        return "other"
 
     seconds: dict[str, float] = defaultdict(float)
     for e in events:
@@ -313,19 +323,7 @@ def profile_step(
         us = e.self_device_time_total if use_device_time else e.self_cpu_time_total
         if not us:
             continue
-        part = tagged(e)
-        if part is not None:
-            if part == "attention" and "softmax" in e.name:
-                part = "softmax"
-        elif (bw := enclosing(e, _BACKWARD)) is not None:
-            part = forward_part.get(bw.sequence_nr, "other")
-        elif enclosing(e, "Optimizer.") is not None:
-            part = "optimizer"
-        elif any(op in e.name for op in _LOSS_OPS) or (e.cpu_parent is not None and any(op in e.cpu_parent.name for op in _LOSS_OPS)):
-            part = "loss"
-        else:
-            part = "other"
-        seconds[part] += us * 1e-6 / steps
+        seconds[tagged(e) or backward_optimizer_or_loss(e)] += us * 1e-6 / steps
     return {part: seconds.get(part, 0.0) for part in PARTS}
 
 

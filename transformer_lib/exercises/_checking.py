@@ -38,6 +38,21 @@ def attempt(fn: Callable, *args, **kwargs):
         return NOT_IMPLEMENTED
 
 
+def call(name: str, fn: Callable, *args, hint: str = ""):
+    """:func:`attempt` on copies of the tensor arguments (the reader's code may change them in place);
+    an exception in the reader's code becomes an ExerciseFailed naming the arguments it was called with."""
+    try:
+        return attempt(fn, *(a.clone() if isinstance(a, Tensor) else a for a in args))
+    except ExerciseFailed:
+        raise
+    except Exception as e:  # the reader's bug: report it with the shapes it was called with
+        shapes = ", ".join(str(tuple(a.shape)) if isinstance(a, Tensor) else repr(a) for a in args)
+        if "view size is not compatible" in str(e):
+            hint = ("A slice such as logits[:, :-1] is not contiguous in memory, so .view() cannot flatten it: "
+                    "use .reshape(), which copies when it has to.")
+        raise ExerciseFailed(f"{name} raised {type(e).__name__}: {e}\n(called with arguments {shapes}). {hint}".rstrip()) from e
+
+
 def pending(name: str) -> bool:
     print(f"Not implemented yet: write `{name}` above (replace `raise NotImplementedError`), then run this cell again.")
     return False

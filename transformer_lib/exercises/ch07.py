@@ -25,27 +25,13 @@ from torch import Tensor
 
 from ..generation import next_token_probs
 from ..losses import causal_lm_loss
-from ._checking import NOT_IMPLEMENTED, ExerciseFailed, attempt, close, correct, expect_tensor, fail, pending
-
-
-def _call(name: str, fn: Callable, *args, hint: str = ""):
-    """``attempt(fn, ...)`` on copies of the inputs; an exception in the reader's code becomes an ExerciseFailed."""
-    try:
-        return attempt(fn, *(a.clone() if isinstance(a, Tensor) else a for a in args))
-    except ExerciseFailed:
-        raise
-    except Exception as e:  # the reader's bug: report it with the shapes it was called with
-        shapes = ", ".join(str(tuple(a.shape)) if isinstance(a, Tensor) else repr(a) for a in args)
-        if "view size is not compatible" in str(e):
-            hint = ("A slice such as logits[:, :-1] is not contiguous in memory, so .view() cannot flatten it: "
-                    "use .reshape(), which copies when it has to.")
-        raise ExerciseFailed(f"{name} raised {type(e).__name__}: {e}\n(called with arguments {shapes}). {hint}") from e
+from ._checking import NOT_IMPLEMENTED, ExerciseFailed, call, close, correct, expect_tensor, fail, pending
 
 
 def _match(name: str, got: Tensor, expected: Tensor, mistakes: list[tuple[str, Tensor]], what: str) -> None:
     """Fail with the hint of the first mistake whose answer ``got`` equals, or with the values."""
     for hint, wrong in mistakes:
-        if wrong.shape == got.shape and torch.allclose(got.float(), wrong.float(), atol=1e-5, rtol=1e-4):
+        if close(got, wrong):
             fail(f"{name} is not right yet. {hint}")
     fail(f"{name} gives the wrong {what}: expected {_fmt(expected)}, got {_fmt(got)}. "
          f"Check each step against the text.")
@@ -131,7 +117,7 @@ def check_lm_loss(fn: Callable[[Tensor, Tensor], Tensor]) -> bool:
     name = "lm_loss"
     for seed in (0, 1):
         logits, ids = lm_loss_inputs(seed)
-        got = _call(name, fn, logits, ids, hint="logits is (batch, seq, vocab), input_ids (batch, seq): slice "
+        got = call(name, fn, logits, ids, hint="logits is (batch, seq, vocab), input_ids (batch, seq): slice "
                     "logits[:, :-1] and input_ids[:, 1:], flatten both, then F.cross_entropy.")
         if got is NOT_IMPLEMENTED:
             return pending(name)
@@ -254,7 +240,7 @@ def check_top_k_probs(fn: Callable[[Tensor, int], Tensor]) -> bool:
     name = "top_k_probs"
     for k in (3, 1, 10):
         logits = filter_inputs()
-        got = _call(name, fn, logits, k, hint="Find the k-th largest logit with torch.topk(logits, k), set the "
+        got = call(name, fn, logits, k, hint="Find the k-th largest logit with torch.topk(logits, k), set the "
                     "logits below it to -inf, then softmax.")
         if got is NOT_IMPLEMENTED:
             return pending(name)
@@ -284,7 +270,7 @@ def check_top_p_probs(fn: Callable[[Tensor, float], Tensor]) -> bool:
     name = "top_p_probs"
     for p in TOP_P_CASES:
         logits = filter_inputs()
-        got = _call(name, fn, logits, p, hint="Sort the probabilities in descending order, take the cumulative "
+        got = call(name, fn, logits, p, hint="Sort the probabilities in descending order, take the cumulative "
                     "sum, keep a token while the sum of the tokens ranked above it is < p, then map back and "
                     "renormalise.")
         if got is NOT_IMPLEMENTED:

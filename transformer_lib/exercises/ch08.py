@@ -23,30 +23,15 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..losses import IGNORE_INDEX, masked_lm_loss
-from ._checking import NOT_IMPLEMENTED, ExerciseFailed, attempt, correct, expect_tensor, fail, pending
+from ._checking import NOT_IMPLEMENTED, ExerciseFailed, attempt, call, close, correct, expect_tensor, fail, pending
 
 MASK_FRACTION, RANDOM_FRACTION = 0.8, 0.1  # of the chosen positions: [MASK], a random token; the rest unchanged
-
-
-def _call(name: str, fn: Callable, *args):
-    """``attempt(fn, ...)`` on copies of the tensors; an exception in the reader's code becomes an ExerciseFailed."""
-    try:
-        return attempt(fn, *(a.clone() if isinstance(a, Tensor) else a for a in args))
-    except ExerciseFailed:
-        raise
-    except Exception as e:  # the reader's bug: say where, with the shapes it was called with
-        shapes = ", ".join(str(tuple(a.shape)) if isinstance(a, Tensor) else repr(a) for a in args)
-        raise ExerciseFailed(f"{name} raised {type(e).__name__}: {e}\n(called with arguments {shapes}).") from e
-
-
-def _same(a: Tensor, b: Tensor, atol: float = 1e-5) -> bool:
-    return a.shape == b.shape and torch.allclose(a.float(), b.float(), atol=atol, rtol=1e-4)
 
 
 def _first_match(name: str, got: Tensor, expected: Tensor, mistakes: dict[str, Tensor], what: str) -> None:
     """Fail with the hint of the first mistake ``got`` equals, else with where it differs."""
     for hint, wrong in mistakes.items():
-        if _same(got, wrong):
+        if close(got, wrong):
             fail(f"{name} is not right yet. {hint}")
     if got.dim() == 0:
         fail(f"{name} gives the wrong {what}: expected {expected.item():.4f}, got {got.item():.4f}. "
@@ -309,7 +294,7 @@ def check_masked_lm_loss(masked_lm_loss_fn: Callable[[Tensor, Tensor, Tensor, nn
     name = "masked_lm_loss"
     hidden, input_ids, labels = masked_lm_loss_inputs()
     head = RecordingHead(D_MODEL, LOSS_VOCAB, seed=10)
-    got = _call(name, masked_lm_loss_fn, hidden, input_ids, labels, head)
+    got = call(name, masked_lm_loss_fn, hidden, input_ids, labels, head)
     if got is NOT_IMPLEMENTED:
         return pending(name)
     seen = head.positions
@@ -318,7 +303,7 @@ def check_masked_lm_loss(masked_lm_loss_fn: Callable[[Tensor, Tensor, Tensor, nn
     with torch.no_grad():
         expected = masked_lm_loss(head(hidden[m]), labels[m])
     expect_tensor(name, got, ())
-    if not _same(got, expected):
+    if not close(got, expected):
         if seen == n_all - n_masked:
             fail(f"{name} is not right yet. Your head ran on the {seen} positions where labels == -100: those are "
                  f"the ones *not* to predict. Select m = labels != -100 ({n_masked} positions).")

@@ -19,17 +19,7 @@ import statistics
 from typing import Callable
 
 from .. import speed
-from ._checking import NOT_IMPLEMENTED, ExerciseFailed, attempt, correct, fail, pending
-
-
-def _call(name: str, fn: Callable, *args):
-    """``attempt(fn, *args)``; an exception in the reader's code becomes an ExerciseFailed naming the arguments."""
-    try:
-        return attempt(fn, *args)
-    except ExerciseFailed:
-        raise
-    except Exception as e:  # the reader's bug: report it with the arguments it was called with
-        raise ExerciseFailed(f"{name} raised {type(e).__name__}: {e}\n(called with {', '.join(map(repr, args))})") from e
+from ._checking import NOT_IMPLEMENTED, call, correct, fail, pending
 
 
 def _number(name: str, got) -> float:
@@ -87,7 +77,7 @@ def check_flops_per_token(fn: Callable[[int, int, int, int, int], float]) -> boo
     """
     name = "flops_per_token"
     for case in FLOPS_CASES:
-        got = _call(name, fn, *case)
+        got = call(name, fn, *case)
         if got is NOT_IMPLEMENTED:
             return pending(name)
         got = _number(name, got)
@@ -135,7 +125,7 @@ def check_tokens_per_second(fn: Callable[[list[float], int, int], float]) -> boo
     """
     name = "tokens_per_second"
     for steps, batch, seq_len in STEP_CASES:
-        got = _call(name, fn, list(steps), batch, seq_len)
+        got = call(name, fn, list(steps), batch, seq_len)
         if got is NOT_IMPLEMENTED:
             return pending(name)
         got = _number(name, got)
@@ -174,7 +164,7 @@ def check_kv_cache_bytes(fn: Callable[[int, int, int, int, int], float]) -> bool
     """
     name = "kv_cache_bytes"
     for case in KV_CASES:
-        got = _call(name, fn, *case)
+        got = call(name, fn, *case)
         if got is NOT_IMPLEMENTED:
             return pending(name)
         got = _number(name, got)
