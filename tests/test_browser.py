@@ -14,8 +14,6 @@ import functools
 import gzip
 import json
 import os
-import shutil
-import tempfile
 import threading
 import time
 import urllib.request
@@ -24,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from . import chromium
 from .test_book import CONFIG, ROOT, TOC, toc_files
 from .test_site import HTML, shown_figures
 
@@ -34,22 +33,10 @@ REQUIRED = os.environ.get("TFS_REQUIRE_BROWSER") == "1"
 LOAD_TIMEOUT = 60  # seconds for a page's figures and math; 2 shared cores parse 4.8 MB of plotly.js
 
 
-def _tool(name: str) -> str | None:
-    """Debian's chromium or chromedriver: on PATH, or where the packages put them."""
-    return shutil.which(name) or (f"/usr/bin/{name}" if os.access(f"/usr/bin/{name}", os.X_OK) else None)
-
-
 def _why_not() -> str | None:
     if not (HTML / "index.html").exists():
         return "the book is not built (run scripts/setup.sh, or jupyter-book build .)"
-    try:
-        import selenium  # noqa: F401
-    except ImportError:
-        return "selenium is not installed (pip install -r requirements.txt)"
-    for name in ("chromium", "chromedriver"):
-        if not _tool(name):
-            return f"no {name} on this machine (Debian: apt-get install chromium chromium-driver; .ci/run does)"
-    return None
+    return chromium.missing()
 
 
 _reason = _why_not()
@@ -75,26 +62,8 @@ def site():
 
 @pytest.fixture(scope="module")
 def browser():
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    profile = tempfile.mkdtemp(prefix="tfs-chromium-")
-    options = webdriver.ChromeOptions()
-    options.binary_location = _tool("chromium")
-    for flag in (
-        "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--window-size=1400,1400",
-        # no network but the local server: a page that needs a CDN fails here as it would offline
-        "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1",
-        "--disable-quic", "--no-first-run", "--disable-background-networking", "--disable-component-update",
-        "--disable-sync", f"--user-data-dir={profile}",
-    ):
-        options.add_argument(flag)
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    driver = webdriver.Chrome(service=Service(_tool("chromedriver")), options=options)
-    driver.set_script_timeout(LOAD_TIMEOUT)
-    yield driver
-    driver.quit()
-    shutil.rmtree(profile, ignore_errors=True)
+    with chromium.chromium(script_timeout=LOAD_TIMEOUT) as driver:
+        yield driver
 
 
 @pytest.fixture(scope="module")

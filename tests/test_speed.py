@@ -155,3 +155,15 @@ def test_time_interleaved_alternates_and_shortens_slow_steps():
     slow = speed.time_interleaved({"slow": lambda: time.sleep(0.03)}, warmup=2, repeats=5, slow_step_seconds=0.01,
                                   slow_repeats=2, min_run_seconds=0.0)
     assert len(slow["slow"]) == 2 and min(slow["slow"]) >= 0.03
+
+
+def test_set_cpu_threads_is_one_thread_on_a_cpu_only():
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        tl.set_cpu_threads("cuda")  # a GPU run keeps PyTorch's CPU threads
+        assert torch.get_num_threads() == 2
+        tl.set_cpu_threads("cpu")
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)

@@ -52,7 +52,7 @@ from . import measurements
 from .params import count_parameters
 from .training import Callback, TrainConfig, TrainState, TrainStep, auto_device, load_checkpoint, lr_at, save_checkpoint, train
 from . import speed
-from .speed import fast_path
+from .speed import fast_path, set_cpu_threads
 from .losses import IGNORE_INDEX, causal_lm_loss, masked_lm_loss
 from .models import hub_reachable, BERT, GPT2, BERTConfig, EncoderDecoder, EncoderDecoderConfig, GPT2Config, bert_from_hf, gpt2_from_hf
 
@@ -63,7 +63,7 @@ __all__ = [
     "GPT2", "GPT2Config", "GatedFeedForward", "IGNORE_INDEX", "KVCache", "LayerNorm",
     "LearnedPositionalEmbedding", "MultiHeadAttention", "RMSNorm", "RotaryEmbedding",
     "ScaledSinusoidalPositionalEncoding", "SinusoidalPositionalEncoding", "TokenEmbedding", "TransformerBlock", "TransformerConfig",
-    "auto_device", "bert_from_hf", "get_batch", "load_checkpoint", "lr_at", "save_checkpoint", "train", "train_val_split", "capture_attention", "causal_lm_loss", "fast_path", "speed", "causal_mask", "combine_masks", "count_parameters",
+    "auto_device", "bert_from_hf", "get_batch", "load_checkpoint", "lr_at", "save_checkpoint", "train", "train_val_split", "capture_attention", "causal_lm_loss", "fast_path", "set_cpu_threads", "speed", "causal_mask", "combine_masks", "count_parameters",
     "gated_hidden_size", "generate", "gpt2_from_hf", "gpt2_tokenizer", "hub_reachable", "init_weights_", "load_tiny_shakespeare", "make_ffn", "make_norm", "masked_lm_loss",
     "next_token_probs", "padding_mask", "sample_next_token", "scaled_dot_product_attention",
     "sinusoidal_encoding",

@@ -34,6 +34,22 @@ from .layers.normalization import LayerNorm, RMSNorm
 from .layers.positions import LearnedPositionalEmbedding, SinusoidalPositionalEncoding
 from .params import count_parameters
 
+def set_cpu_threads(device: str | torch.device | None = None) -> None:
+    """The book's thread rule: on a CPU, one PyTorch thread; on a GPU, PyTorch's default.
+
+    Every chapter calls it in its imports cell. Measured with ``scripts/measure_threads.py``
+    (CONTRIBUTING.md has the table): on a quiet 2-core machine a second thread makes chapter 7's
+    training step 1.6x faster, but while other processes keep the cores busy the two threads
+    wait for each other, 1.9x slower than one thread, at almost 3x the CPU time. One thread also
+    gives the same numbers on any number of cores, and makes a chapter's CPU time its own work,
+    which is what the chapters' time budgets measure.
+    """
+    if device is None:
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    if torch.device(device).type == "cpu":
+        torch.set_num_threads(1)
+
+
 @contextmanager
 def fast_path(model: nn.Module, attention: bool = True, kernels: bool = True) -> Iterator[nn.Module]:
     """Run ``model`` on PyTorch's fused kernels; ``fast_path(model, False, False)``: all written out.

@@ -143,7 +143,8 @@ class TrainConfig:
 class TrainState:
     """What callbacks see. Losses are Python floats, set at evaluation steps."""
 
-    step: int = 0
+    step: int = 0  # optimisation steps done
+    max_steps: int = 0  # steps this run will take
     lr: float = 0.0
     train_loss: float | None = None
     val_loss: float | None = None
@@ -157,6 +158,10 @@ class Callback:
     def on_train_start(self, state: TrainState, model: nn.Module) -> None: ...
 
     def on_eval(self, state: TrainState, model: nn.Module) -> None: ...
+
+    def on_step(self, state: TrainState, model: nn.Module) -> None:
+        """After every optimisation step (``state.step`` and ``state.elapsed`` are set; the losses
+        are those of the last evaluation). Keep it cheap: it runs in the training loop."""
 
     def on_train_end(self, state: TrainState, model: nn.Module) -> None: ...
 
@@ -244,7 +249,7 @@ def train(
     Args:
         train_batches, val_batches: functions returning a fresh batch, e.g. a :class:`BatchSampler`.
         loss_fn: ``loss_fn(model, batch) -> scalar loss``; see :func:`default_loss`.
-        callbacks: objects with ``on_train_start``, ``on_eval``, ``on_train_end``.
+        callbacks: :class:`Callback` objects (``on_train_start``, ``on_eval``, ``on_step``, ``on_train_end``).
     """
     config = config or TrainConfig()
     device = torch.device(config.device) if config.device else auto_device()
@@ -254,7 +259,7 @@ def train(
     # fast_path: fused kernels while training; each module's own setting comes back afterwards
     kernels = nullcontext() if config.fast_path is None else fast_path(model, config.fast_path, config.fast_path)
 
-    state = TrainState()
+    state = TrainState(max_steps=config.max_steps)
     start = time.perf_counter()
     for cb in callbacks:
         cb.on_train_start(state, model)
@@ -286,6 +291,9 @@ def train(
             step_fn(train_batches(), state.lr)  # the loss stays on the device: no sync
             if bar is not None:
                 bar.update(1)
+            state.step, state.elapsed = step + 1, time.perf_counter() - start
+            for cb in callbacks:
+                cb.on_step(state, model)
         evaluate(config.max_steps)
     if bar is not None:
         bar.close()

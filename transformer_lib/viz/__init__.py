@@ -63,3 +63,5 @@ def show_source(obj) -> "IPython.display.Code":  # noqa: F821
 
 
 setup_plotly()
+
+from .widgets import interact  # noqa: E402  (live controls: chapters 5 and 7)
