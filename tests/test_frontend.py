@@ -216,12 +216,18 @@ def code_cell_index(name: str, needle: str, workdir: Path) -> int:
 
 
 # ---- the live training view ------------------------------------------------------------------------
-def watch_training(driver, cell: int, seen: list):
-    """Record each distinct state of the live view in code cell ``cell`` while the notebook runs."""
+def watch_training(driver, cell: int, seen: list, shot: str | None = None):
+    """Record each distinct state of the live view in code cell ``cell`` while the notebook runs;
+    with ``shot``, keep a screenshot of the chart half drawn (_build/frontend/)."""
+    shots = [shot] if shot else []
+
     def watch():
         view = js(driver, "liveView(arguments[0])", cell)
         if view and (not seen or view != seen[-1]):
             seen.append(view)
+            if shots and view["plotlyPoints"] is None and max(view["drawnPoints"] or [0]) >= 3:
+                driver.execute_script("arguments[0].scrollIntoView();", js(driver, "cells()")[cell])
+                evidence(driver, f"{shots.pop()}-while-training")
     return watch
 
 
@@ -248,7 +254,7 @@ def check_live_view(seen: list, steps: int, evaluations: int) -> None:
 def test_live_chart_fills_in_while_training(browser, server, workdir, app):
     open_notebook(browser, server, "stand_in.ipynb", app)
     seen: list = []
-    run_all(browser, 180, watch_training(browser, 0, seen))
+    run_all(browser, 180, watch_training(browser, 0, seen, shot=f"stand-in-{app}"))
     check_live_view(seen, STAND_IN_STEPS, STAND_IN_STEPS // STAND_IN_EVAL + 1)
 
 
@@ -328,7 +334,7 @@ def test_chapter7_trains_live_and_samples_in_jupyterlab(browser, server, workdir
     widget_cell = code_cell_index(name, "import ipywidgets", workdir)
     open_notebook(browser, server, name, "lab")
     seen: list = []
-    run_all(browser, 420, watch_training(browser, train_cell, seen))
+    run_all(browser, 420, watch_training(browser, train_cell, seen, shot="chapter7"))
     # the CPU branch of the chapter's settings cell (the else: branch comes last)
     settings = [c.source for c in nbformat.read(workdir / name, as_version=4).cells if "EVAL_INTERVAL," in c.source]
     steps, interval = (int(re.findall(pattern, settings[0])[-1]) for pattern in

@@ -34,6 +34,7 @@ from .layers.normalization import LayerNorm, RMSNorm
 from .layers.positions import LearnedPositionalEmbedding, SinusoidalPositionalEncoding
 from .params import count_parameters
 
+
 def set_cpu_threads(device: str | torch.device | None = None) -> None:
     """The book's thread rule: on a CPU, one PyTorch thread; on a GPU, PyTorch's default.
 
