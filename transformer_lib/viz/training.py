@@ -47,8 +47,13 @@ def loss_figure(
     if target is not None:
         fig.add_hline(y=target, line_dash="dot", annotation_text=f"target {target}",
                       annotation_position="top right")
-    fig.update_layout(title=title, xaxis_title="step", yaxis_title="cross-entropy loss (nats)",
-                      height=height, margin=dict(t=50, b=40), hovermode="x unified")
+    # title, then the legend in a row above the plot, the toolbar upright in the right margin:
+    # nothing overlaps at a phone's width (the live drawing, figure_svg, has the same layout)
+    fig.update_layout(title=dict(text=title, x=0.01, xanchor="left", font_size=15),
+                      legend=dict(orientation="h", x=0, xanchor="left", y=1.0, yanchor="bottom"),
+                      xaxis_title="step", yaxis_title="cross-entropy loss (nats)", height=height,
+                      margin=dict(t=80, b=40, l=60, r=40), modebar_orientation="v",
+                      hovermode="x unified")
     return fig
 
 
