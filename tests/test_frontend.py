@@ -6,8 +6,8 @@ venv, over copies of the chapters in a temporary folder (so nothing writes into 
 
 * the live training view (``LiveLossPlot``): its chart has points *while* ``tl.train`` runs and
   gains more as it goes, its progress line counts steps, and after training the chart is the
-  interactive plotly figure with every evaluation: in a stand-in notebook in JupyterLab and in
-  Notebook 7, and in chapter 7 itself;
+  interactive plotly figure with every evaluation: in a stand-in notebook and in chapter 7
+  itself, each in JupyterLab and in Notebook 7;
 * every chapter's live widget (ipywidgets, tagged ``skip-execution`` for the book and nbval):
   after the chapter ran, real input (typing, dragging, arrow keys, dropdowns, buttons) changes
   what the widget shows.
@@ -325,16 +325,17 @@ def click_button(driver, cell: int, label: str) -> None:
     buttons[0].click()
 
 
-def test_chapter7_trains_live_and_samples_in_jupyterlab(browser, server, workdir):
+@pytest.mark.parametrize("app", ["lab", "notebook"])
+def test_chapter7_trains_live_and_samples(browser, server, workdir, app):
     """The chapter a learner runs: the chart fills in while it trains; the sampling widget answers."""
     from selenium.webdriver.common.keys import Keys
 
     name = "07_gpt2.ipynb"
     train_cell = code_cell_index(name, "LiveLossPlot(", workdir)
     widget_cell = code_cell_index(name, "import ipywidgets", workdir)
-    open_notebook(browser, server, name, "lab")
+    open_notebook(browser, server, name, app)
     seen: list = []
-    run_all(browser, 420, watch_training(browser, train_cell, seen, shot="chapter7"))
+    run_all(browser, 420, watch_training(browser, train_cell, seen, shot=f"chapter7-{app}"))
     # the CPU branch of the chapter's settings cell (the else: branch comes last)
     settings = [c.source for c in nbformat.read(workdir / name, as_version=4).cells if "EVAL_INTERVAL," in c.source]
     steps, interval = (int(re.findall(pattern, settings[0])[-1]) for pattern in
