@@ -130,9 +130,7 @@ def server(workdir):
 def _shut_kernels_down(server):
     """Each test's kernels end with it: two cores are not shared with idle kernels of earlier tests."""
     yield
-    with urllib.request.urlopen(f"{server}/api/kernels?token=tfs", timeout=10) as response:
-        kernels = json.load(response)
-    for kernel in kernels:
+    for kernel in api(server, "kernels"):
         request = urllib.request.Request(f"{server}/api/kernels/{kernel['id']}?token=tfs", method="DELETE")
         urllib.request.urlopen(request, timeout=30).close()
 
@@ -156,22 +154,53 @@ def js(driver, call: str, *args):
     return driver.execute_script(JS + f"return tfs.{call};", *args)
 
 
-def open_notebook(driver, base: str, name: str, app: str) -> None:
-    """Open ``name`` in JupyterLab (``app="lab"``) or Notebook 7 (``"notebook"``); wait for an idle kernel."""
-    path = "lab/tree" if app == "lab" else "notebooks"
-    driver.get(f"{base}/{path}/{name}?token=tfs")
+def api(base: str, what: str) -> list:
+    with urllib.request.urlopen(f"{base}/api/{what}?token=tfs", timeout=10) as response:
+        return json.load(response)
+
+
+def wait_ready(driver, name: str, app: str) -> dict:
     def ready():
         s = js(driver, "state()")
         return s if s and s["kernel"] == "idle" and s["prompts"] and all(s["prompts"]) else None
 
     state = _poll(ready, 90)
     assert state, f"{name} did not open with an idle kernel in {app}: {js(driver, 'state()')}"
+    return state
+
+
+def open_notebook(driver, base: str, name: str, app: str) -> None:
+    """Open ``name`` in JupyterLab (``app="lab"``) or Notebook 7 (``"notebook"``); wait for an idle kernel.
+
+    On a fresh server the first page may start a kernel and replace it at once (seen in CI), and
+    stay attached to the one that is gone: wait until the server's session for the notebook keeps
+    one idle kernel, then reload the page so that it talks to that kernel.
+    """
+    # ?reset: JupyterLab would otherwise reopen the earlier tests' notebooks (its saved workspace)
+    path, reset = ("lab/tree", "reset&") if app == "lab" else ("notebooks", "")
+    driver.get(f"{base}/{path}/{name}?{reset}token=tfs")
+    wait_ready(driver, name, app)
+
+    def kernel():
+        ids = [x["kernel"]["id"] for x in api(base, "sessions") if x["path"].endswith(name)]
+        states = {k["id"]: k["execution_state"] for k in api(base, "kernels")}
+        return ids[0] if len(ids) == 1 and states.get(ids[0]) == "idle" else None
+
+    stable = _poll(lambda: (k := kernel()) and (time.sleep(2) or kernel() == k), 60)
+    assert stable, f"no steady kernel for {name}: {api(base, 'sessions')}"
+    driver.refresh()
+    wait_ready(driver, name, app)
     driver.execute_script("arguments[0].click();", js(driver, "cells()")[0])  # the notebook has focus
 
 
-def run_all(driver, timeout: float, watch=None) -> dict:
+def run_all(driver, base: str, timeout: float, watch=None) -> dict:
     """Run > Run All Cells, as a learner clicks it; call ``watch()`` every 0.25 s until all cells ran."""
     from selenium.webdriver.common.by import By
+
+    def started() -> bool:  # the server's word: a kernel is busy, or a cell has run
+        prompts = js(driver, "state()")["prompts"]
+        return (any(k["execution_state"] == "busy" for k in api(base, "kernels"))
+                or any(re.fullmatch(r"\[\d+\]:", p) for p in prompts))
 
     def click_run_all() -> bool:
         menus = [m for m in driver.find_elements(By.CSS_SELECTOR, ".lm-MenuBar-itemLabel") if m.text == "Run"]
@@ -181,9 +210,16 @@ def run_all(driver, timeout: float, watch=None) -> dict:
         _poll(lambda: any(e.is_displayed() for e in driver.find_elements(By.CSS_SELECTOR, item)), 10)
         time.sleep(0.5)  # the menu opens before it takes clicks
         driver.find_element(By.CSS_SELECTOR, item).click()
-        return _poll(lambda: any(re.fullmatch(r"\[(\*|\d+)\]:", p) for p in js(driver, "state()")["prompts"]), 10)
+        return _poll(started, 15, every=0.5)
 
-    assert click_run_all() or click_run_all(), "Run All Cells started nothing"
+    for attempt in range(3):
+        if click_run_all():
+            break
+        evidence(driver, f"run-all-started-nothing-{attempt}")
+        driver.refresh()
+        _poll(lambda: (s := js(driver, "state()")) and s["kernel"] == "idle" and s["prompts"], 90)
+    else:
+        raise AssertionError("Run All Cells started nothing, three times")
 
     def finished():
         if watch is not None:
@@ -254,7 +290,7 @@ def check_live_view(seen: list, steps: int, evaluations: int) -> None:
 def test_live_chart_fills_in_while_training(browser, server, workdir, app):
     open_notebook(browser, server, "stand_in.ipynb", app)
     seen: list = []
-    run_all(browser, 180, watch_training(browser, 0, seen, shot=f"stand-in-{app}"))
+    run_all(browser, server, 180, watch_training(browser, 0, seen, shot=f"stand-in-{app}"))
     check_live_view(seen, STAND_IN_STEPS, STAND_IN_STEPS // STAND_IN_EVAL + 1)
 
 
@@ -335,7 +371,7 @@ def test_chapter7_trains_live_and_samples(browser, server, workdir, app):
     widget_cell = code_cell_index(name, "import ipywidgets", workdir)
     open_notebook(browser, server, name, app)
     seen: list = []
-    run_all(browser, 420, watch_training(browser, train_cell, seen, shot=f"chapter7-{app}"))
+    run_all(browser, server, 420, watch_training(browser, train_cell, seen, shot=f"chapter7-{app}"))
     # the CPU branch of the chapter's settings cell (the else: branch comes last)
     settings = [c.source for c in nbformat.read(workdir / name, as_version=4).cells if "EVAL_INTERVAL," in c.source]
     steps, interval = (int(re.findall(pattern, settings[0])[-1]) for pattern in
@@ -370,7 +406,7 @@ def test_chapter_widget_responds_in_jupyterlab(browser, server, workdir, name):
 
     cell = code_cell_index(name, "import ipywidgets", workdir)
     open_notebook(browser, server, name, "lab")
-    run_all(browser, 300)
+    run_all(browser, server, 300)
     shown = widget_output(browser, cell)
     assert shown, f"the widget of {name} shows nothing after the chapter ran"
     for action, *args in WIDGETS[name]:
@@ -396,7 +432,7 @@ def test_slider_arrow_keys_in_notebook7(browser, server, workdir):
     name = "05_positions.ipynb"
     cell = code_cell_index(name, "import ipywidgets", workdir)
     open_notebook(browser, server, name, "notebook")
-    run_all(browser, 300)
+    run_all(browser, server, 300)
     before = widget_output(browser, cell)
     assert before, "the widget shows nothing in Notebook 7"
     value = readout(browser, cell, 0)
