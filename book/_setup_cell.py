@@ -5,8 +5,10 @@ import sys
 if "google.colab" in sys.modules:
     import subprocess
 
-    LIBRARY = "transformer_lib[book] @ git+https://github.com/transformers-from-scratch/transformers-from-scratch@v0.1.0"
+    LIBRARY = ("transformer_lib[book] @ "
+               "git+https://github.com/transformers-from-scratch/transformers-from-scratch@v0.1.0")
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", LIBRARY], check=True)
     import torch
 
-    print("device:", torch.cuda.get_device_name() if torch.cuda.is_available() else "CPU (Runtime > Change runtime type > GPU)")
+    print("device:", torch.cuda.get_device_name() if torch.cuda.is_available()
+          else "CPU (Runtime > Change runtime type > GPU)")

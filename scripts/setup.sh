@@ -18,6 +18,20 @@ fi
 $PY -m pip install -q -r requirements.txt
 $PY -m pip install -q --no-deps -e .
 
+# plotly.js 2, the version Colab's plotly 5.24 draws with: the browser test works every figure's
+# controls in it as well as in the site's own plotly.js (tests/test_browser.py, PLOTLY2)
+if [ ! -s .venv/plotly.js-2/plotly.min.js ]; then
+  wheels=$(mktemp -d)
+  if $PY -m pip download -q --no-deps plotly==5.24.1 -d "$wheels"; then
+    mkdir -p .venv/plotly.js-2
+    $PY -c 'import sys, zipfile; z = zipfile.ZipFile(sys.argv[1]); sys.stdout.buffer.write(z.read("plotly/package_data/plotly.min.js"))' \
+      "$wheels"/plotly-5.24.1-py3-none-any.whl > .venv/plotly.js-2/plotly.min.js
+  else
+    echo "setup: could not download plotly 5.24.1 (for plotly.js 2); the browser test will say so" >&2
+  fi
+  rm -rf "$wheels"
+fi
+
 source scripts/offline-data.sh
 if [ -f _config.yml ]; then
   .venv/bin/jupyter-book build . -W --keep-going

@@ -100,6 +100,187 @@ var tfs = {
     return !!(layer && layer.childElementCount > 0);
   },
 
+  // ---- what a reader sees: raw Markdown, cut-off code and equations, overlapping figure parts ----
+
+  // Text of cell outputs that is Markdown or TeX left unrendered: a table's |---| row (Sphinx turns
+  // --- into an em dash), $...$ or \(...\) never typeset, **bold** markers. Code listings and
+  // printed text (<pre>) are skipped for Markdown, but TeX commands between dollars count there too.
+  rawOutputs: () => {
+    const found = [];
+    const markdown = [/\|\s*:?[-\u2013\u2014]{1,3}:?\s*\|/, /(^|[^\w$])\$[^$\s][^$]*[^$\s\\]\$(?!\w)/,
+                      /\\\(|\\\[/, /\*\*\S[^*]*\*\*/];
+    const texInPre = /\$[^$\n]*\\[a-zA-Z]+[^$\n]*\$/;
+    for (const out of document.querySelectorAll(".cell_output")) {
+      const walker = document.createTreeWalker(out, NodeFilter.SHOW_TEXT);
+      let text = "", pre = "";
+      for (let n = walker.nextNode(); n; n = walker.nextNode()) {
+        const p = n.parentElement;
+        if (p.closest("mjx-container, script, style, .plotly-graph-div, .MathJax")) continue;
+        if (p.closest("pre, code")) pre += n.textContent; else text += n.textContent;
+      }
+      const hit = markdown.find((r) => r.test(text)) || (texInPre.test(pre) ? texInPre : null);
+      if (hit) {
+        const m = (hit.test(text) ? text : pre).match(hit);
+        const at = Math.max(0, m.index - 40);
+        found.push((hit.test(text) ? text : pre).slice(at, at + 120).replace(/\s+/g, " "));
+      }
+    }
+    return found;
+  },
+
+  // Outputs that are only a bare value a reader has no use for: a check's True/False, a None.
+  strayOutputs: () => [...document.querySelectorAll(".cell_output .output.text_plain")]
+    .filter((o) => /^(True|False|None)$/.test(o.textContent.trim())).map(tfs.where),
+
+  // Where an element is, for reports: the id of its section and its first characters.
+  where: (el) => {
+    const section = el.closest("section[id]");
+    return `${section ? "#" + section.id : "page"}: ${el.textContent.trim().slice(0, 60).replace(/\s+/g, " ")}`;
+  },
+
+  // After a change of width: wait until plotly has laid every resizable figure out again.
+  resized: async (done) => {
+    const sleep = (ms) => new Promise((r) => setTimeout(r, ms)), deadline = Date.now() + 8000;
+    await sleep(300);
+    const fits = (gd) => !gd._fullLayout || !gd._fullLayout.autosize ||
+      Math.abs(gd._fullLayout.width - gd.parentElement.getBoundingClientRect().width) < 2;
+    while (!tfs.figures().every(fits) && Date.now() < deadline) await sleep(100);
+    await sleep(300);
+    done();
+  },
+
+  // Code a reader reads as code: cells' source, code in the prose, library listings (show_source).
+  // Printed output is text and may wrap at any width.
+  codeBlocks: () => [...document.querySelectorAll("article div.highlight pre")]
+    .filter((pre) => !pre.closest(".cell_output") || pre.closest(".tfs-listing")),
+
+  // Code blocks whose longest line is wider than the block, laid out without wrapping: each line
+  // must fit the column as it is (the book's CSS wraps long lines only on narrow screens).
+  cutCode: () => {
+    const cut = [];
+    for (const pre of tfs.codeBlocks()) {
+      const old = pre.style.whiteSpace;
+      pre.style.whiteSpace = "pre";
+      const over = pre.scrollWidth - pre.clientWidth;
+      pre.style.whiteSpace = old;
+      if (over > 1) cut.push({ over, where: tfs.where(pre) });
+    }
+    return cut;
+  },
+
+  // Anything that a reader cannot see all of, with the book's own CSS, at this width: code blocks
+  // that scroll or clip, display equations wider than their box that cannot be scrolled, and a page
+  // wider than the window.
+  clipped: () => {
+    const out = [];
+    for (const pre of document.querySelectorAll("article div.highlight pre"))
+      if (pre.scrollWidth - pre.clientWidth > 1) out.push({ kind: "code", where: tfs.where(pre) });
+    for (const eq of document.querySelectorAll('article mjx-container[display="true"]')) {
+      const math = eq.querySelector("mjx-math") || eq;
+      const over = math.getBoundingClientRect().width - eq.clientWidth;
+      const scrolls = ["auto", "scroll"].includes(getComputedStyle(eq).overflowX) ||
+        ["auto", "scroll"].includes(getComputedStyle(eq.parentElement).overflowX);
+      if (over > 1 && !scrolls) out.push({ kind: "equation", over, where: tfs.where(eq.closest(".math") || eq) });
+    }
+    const scrolls = (el) => {  // an ancestor inside the article that scrolls sideways
+      for (let p = el.parentElement; p && p.tagName !== "ARTICLE"; p = p.parentElement)
+        if (["auto", "scroll"].includes(getComputedStyle(p).overflowX) && p.getBoundingClientRect().width <= window.innerWidth) return true;
+      return false;
+    };
+    for (const gd of tfs.figures()) {
+      const box = gd.getBoundingClientRect(), column = gd.closest("article").getBoundingClientRect();
+      if ((box.right - column.right > 1 || column.left - box.left > 1) && !scrolls(gd))
+        out.push({ kind: "figure", over: Math.max(box.right - column.right, column.left - box.left), where: tfs.where(gd.closest(".cell") || gd) });
+    }
+    const page = document.documentElement.scrollWidth - window.innerWidth;
+    if (page > 1) out.push({ kind: "page", over: page, where: "the page scrolls sideways" });
+    return out;
+  },
+
+  // Display equations wider than the column (at a desktop width none may need scrolling).
+  wideEquations: () => [...document.querySelectorAll('article mjx-container[display="true"]')]
+    .map((eq) => ({ over: (eq.querySelector("mjx-math") || eq).getBoundingClientRect().width - eq.clientWidth,
+                    where: tfs.where(eq.closest(".math") || eq) }))
+    .filter((e) => e.over > 1),
+
+  // The parts of figure i a reader must see whole, with their boxes: title, subplot titles (paper
+  // annotations), legend, colour bars, each menu, each slider and the toolbar.
+  parts: (i) => {
+    const gd = tfs.figures()[i], L = gd._fullLayout, parts = [];
+    const box = (name, el) => {
+      if (!el) return;
+      const r = el.getBoundingClientRect();
+      if (r.width > 0 && r.height > 0) parts.push({ name, r: [r.left, r.top, r.right, r.bottom] });
+    };
+    gd.querySelectorAll(".g-gtitle .gtitle").forEach((el) => box("title", el));
+    gd.querySelectorAll(".infolayer .annotation").forEach((el) => {
+      const a = (L.annotations || [])[+el.getAttribute("data-index")];
+      if (a && a.xref === "paper" && a.yref === "paper" && a.text) box(`annotation "${a.text.slice(0, 30)}"`, el);
+    });
+    gd.querySelectorAll(".infolayer .legend").forEach((el) => box("legend", el.querySelector(".bg") || el));
+    gd.querySelectorAll(".infolayer .colorbar").forEach((el, k) => box(`colour bar ${k}`, el));
+    gd.querySelectorAll(".updatemenu-header-group, .updatemenu-button-group").forEach((g, k) => {
+      if (g.getBoundingClientRect().width > 0) box(`menu ${k}`, g);
+    });
+    gd.querySelectorAll(".slider-container .slider-group").forEach((el, k) => box(`slider ${k}`, el));
+    gd.querySelectorAll(".modebar").forEach((el) => box("toolbar", el));
+    return parts;
+  },
+
+  // Pairs of parts of figure i whose boxes overlap (by more than 2 px each way), and parts that
+  // stick out of the figure.
+  overlaps: (i) => {
+    const parts = tfs.parts(i), found = [];
+    const g = tfs.figures()[i].getBoundingClientRect();
+    for (let a = 0; a < parts.length; a++) {
+      const [l, t, r, b] = parts[a].r;
+      if (l < g.left - 4 || r > g.right + 4 || t < g.top - 4 || b > g.bottom + 4)  // a glyph may overhang
+        found.push(`${parts[a].name} sticks out of the figure`);
+      for (let c = a + 1; c < parts.length; c++) {
+        const [l2, t2, r2, b2] = parts[c].r;
+        const w = Math.min(r, r2) - Math.max(l, l2), h = Math.min(b, b2) - Math.max(t, t2);
+        if (w > 2 && h > 2) found.push(`${parts[a].name} overlaps ${parts[c].name}`);
+      }
+    }
+    return found;
+  },
+
+  // The figure's title as drawn (empty when it has none).
+  title: (i) => {
+    const gd = tfs.figures()[i], el = gd.querySelector(".g-gtitle .gtitle");
+    return el ? el.textContent.trim() : "";
+  },
+
+  // What clicking a button or slider step runs: plotly's public call for its method and args.
+  command: (gd, method, args) => {
+    const a = args || [];
+    if (method === "restyle") return Plotly.restyle(gd, a[0], a[1], a[2]);
+    if (method === "relayout") return Plotly.relayout(gd, a[0]);
+    if (method === "update") return Plotly.update(gd, a[0], a[1], a[2]);
+    if (method === "animate") return Plotly.animate(gd, a[0], a[1]);
+    throw new Error(`unknown method ${method}`);
+  },
+
+  // Press every button of every menu and every step of every slider of figure i through plotly's
+  // own command runner (what a click runs), and list those after which the figure lost its title.
+  everyControl: async (i, done) => {
+    const gd = tfs.figures()[i], L = gd._fullLayout, lost = [], errors = [];
+    const title = tfs.title(i);
+    const items = [];
+    (L.updatemenus || []).forEach((m, k) => m.visible && m.buttons.forEach((b, j) => items.push([`menu ${k} button ${j} "${b.label}"`, b])));
+    (L.sliders || []).forEach((s, k) => s.visible && s.steps.forEach((b, j) => items.push([`slider ${k} step ${j} "${b.label}"`, b])));
+    for (const [name, b] of items) {
+      if (!b.method || b.method === "skip") continue;
+      try {
+        await tfs.command(gd, b.method, b.args);
+      } catch (e) {
+        errors.push(`${name}: ${e}`);
+      }
+      if (title && !tfs.title(i)) lost.push(name);
+    }
+    done({ title, controls: items.length, lost, errors });
+  },
+
   // Every file the page loaded, with its size (uncompressed; from the cache or not).
   resources: () => performance.getEntriesByType("navigation").concat(performance.getEntriesByType("resource"))
     .map((e) => ({ url: e.name, bytes: e.decodedBodySize })),

@@ -17,6 +17,15 @@ CONFIG = yaml.safe_load((ROOT / "_config.yml").read_text())
 SETUP_CELL = (ROOT / "book" / "_setup_cell.py").read_text().strip()
 
 
+def _code_columns() -> int:
+    """The page design's code width (book/_ext/page_style.py), read without importing Sphinx."""
+    text = (ROOT / "book" / "_ext" / "page_style.py").read_text()
+    return int(re.search(r"^CODE_COLUMNS = (\d+)", text, flags=re.M).group(1))
+
+
+CODE_COLUMNS = _code_columns()
+
+
 def toc_files(node) -> list[str]:
     found = []
     if isinstance(node, dict):
@@ -75,6 +84,20 @@ class TestChapter:
     def test_committed_without_outputs(self, path):
         for cell in code_cells(load(path)):
             assert not cell.get("outputs") and cell.get("execution_count") is None, "strip outputs before committing"
+
+    def test_code_fits_the_page(self, path):
+        """The page shows CODE_COLUMNS characters of code whole at 1280 px (the browser test measures it)."""
+        long = [(i, len(line)) for i, cell in enumerate(load(path)["cells"]) if cell["cell_type"] == "code"
+                for line in source(cell).splitlines() if len(line) > CODE_COLUMNS]
+        assert not long, f"(cell, length) of code lines over {CODE_COLUMNS} characters: {long}"
+
+    def test_bookkeeping_is_hidden(self, path):
+        """The reader sees neither the Colab set-up cell nor the cells that only record measurements."""
+        cells = code_cells(load(path))
+        assert "remove-cell" in cells[0].get("metadata", {}).get("tags", []), "tag the set-up cell remove-cell"
+        for cell in cells:
+            if source(cell).lstrip().startswith("tl.measurements.record("):
+                assert {"hide-input", "remove-input", "remove-cell"} & set(cell.get("metadata", {}).get("tags", []))
 
     def test_first_code_cell_is_the_setup_cell(self, path):
         assert source(code_cells(load(path))[0]).strip() == SETUP_CELL

@@ -10,6 +10,7 @@ missing (README: "Running the tests"). ``.ci/run`` installs them and sets TFS_RE
 which turns those skips into failures.
 """
 
+import base64
 import functools
 import gzip
 import json
@@ -54,6 +55,31 @@ class _QuietHandler(SimpleHTTPRequestHandler):
 @pytest.fixture(scope="module")
 def site():
     server = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_QuietHandler, directory=str(HTML)))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_port}/"
+    server.shutdown()
+    server.server_close()
+
+
+PLOTLY2 = ROOT / ".venv" / "plotly.js-2" / "plotly.min.js"  # Colab's plotly.js (scripts/setup.sh fetches it)
+
+
+@pytest.fixture(scope="module")
+def site_with_plotly2():
+    """The same site, but every page gets plotly.js 2 (as in Colab) instead of the site's own."""
+    if not PLOTLY2.is_file():
+        message = f"no plotly.js 2 at {PLOTLY2} (scripts/setup.sh downloads it)"
+        if REQUIRED:
+            pytest.fail(message)
+        pytest.skip(message)
+
+    class Handler(_QuietHandler):
+        def translate_path(self, path):
+            if path.split("?")[0].endswith("/_static/plotly.min.js"):
+                return str(PLOTLY2)
+            return super().translate_path(path)
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Handler, directory=str(HTML)))
     threading.Thread(target=server.serve_forever, daemon=True).start()
     yield f"http://127.0.0.1:{server.server_port}/"
     server.shutdown()
@@ -107,18 +133,69 @@ def weights(seen: dict, site: str) -> dict:
 JS = (Path(__file__).parent / "browser_helpers.js").read_text()
 
 
+WIDTHS = {1280: (900, False), 768: (1024, False), 390: (844, True)}  # desktop, tablet, phone
+SHOTS = HTML.parent / "browser"  # full-page screenshots, one folder per width (a CI artifact)
+
+
+def set_width(driver, width: int) -> None:
+    """Lay the page out at ``width`` CSS pixels (a phone's width needs emulation: a window can't be that narrow)."""
+    height, mobile = WIDTHS[width]
+    driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride",
+                           {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": mobile})
+
+
+def settle_layout(driver) -> None:
+    """Wait until every figure has been laid out again at the new width (plotly resizes on a timer)."""
+    driver.execute_async_script(JS + "tfs.resized(arguments[arguments.length - 1]);")
+
+
+def screenshot(driver, page: str, width: int) -> None:
+    size = driver.execute_script("return [document.documentElement.scrollWidth, document.documentElement.scrollHeight];")
+    shot = driver.execute_cdp_cmd("Page.captureScreenshot", {
+        "format": "jpeg", "quality": 80, "captureBeyondViewport": True,
+        "clip": {"x": 0, "y": 0, "width": size[0], "height": size[1], "scale": 1}})
+    path = SHOTS / str(width) / f"{Path(page).name}.jpg"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(base64.b64decode(shot["data"]))
+
+
+def looks(driver, page: str, width: int) -> dict:
+    """What a reader sees at ``width``: clipped code, equations or page; overlapping figure parts."""
+    if width != 1280:
+        set_width(driver, width)
+        settle_layout(driver)
+    seen = driver.execute_script(JS + """return {clipped: tfs.clipped(),
+        overlaps: tfs.figures().map((_, i) => tfs.overlaps(i))};""")
+    screenshot(driver, page, width)
+    return seen
+
+
 def visit(driver, base: str, page: str) -> dict:
-    """Load ``page`` (a _toc.yml entry), wait for figures and math, work its controls, and report."""
+    """Load ``page`` (a _toc.yml entry) at 1280 px, wait for figures and math, check what a reader
+    sees at each width (with a full-page screenshot), then work its controls and report."""
     driver.get_log("browser")  # drop what earlier pages left
+    set_width(driver, 1280)
     start = time.monotonic()
     driver.get(f"{base}{page}.html")
     state = driver.execute_async_script(JS + "return tfs.settle(arguments[arguments.length - 1]);")
     seen = {"page": page, "load_seconds": time.monotonic() - start, **state}
+    seen |= driver.execute_script(JS + "return {raw: tfs.rawOutputs(), stray: tfs.strayOutputs(), cut_code: tfs.cutCode(), "
+                                  "wide_equations: tfs.wideEquations()};")
+    seen["widths"] = {width: looks(driver, page, width) for width in WIDTHS}
+    set_width(driver, 1280)
+    settle_layout(driver)
     seen["controls"] = [work_control(driver, i, kind) for i, kind in state["controls"]]
     seen["hover"] = hover_any(driver, state["figures"])
+    seen["titles"] = every_control(driver, state["figures"])
     seen["resources"] = driver.execute_script(JS + "return tfs.resources();")
     seen["console"] = [e for e in driver.get_log("browser") if e["level"] in ("SEVERE", "ERROR")]
     return seen
+
+
+def every_control(driver, figures: int) -> list[dict]:
+    """Run every button and slider step of each figure; which of them left the figure without its title."""
+    return [driver.execute_async_script(JS + "tfs.everyControl(arguments[0], arguments[arguments.length - 1]);", i)
+            for i in range(figures)]
 
 
 def work_control(driver, figure: int, kind: str) -> dict:
@@ -239,3 +316,76 @@ def test_chapter_weight(visits, site, page):
     """What a chapter adds to a visit, as loaded: its HTML and files of its own (not the shared _static/)."""
     own = weights(visits(page), site)["own"]
     assert own < MAX_CHAPTER_BYTES, f"the chapter loads {own / 1e6:.2f} MB of its own"
+
+
+# ---- what a reader sees ---------------------------------------------------------------------------
+@pytest.mark.parametrize("page", PAGES)
+def test_outputs_are_rendered_not_raw(visits, page):
+    """Markdown and math that cells display (tables, sentences with $x$) reach the page rendered."""
+    raw = visits(page)["raw"]
+    assert not raw, "cell outputs show raw Markdown or TeX:\n" + "\n".join(raw)
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_no_stray_values_under_cells(visits, page):
+    """A cell ending in a check or a call shows its message, not a bare True, False or None under it."""
+    stray = visits(page)["stray"]
+    assert not stray, "bare values shown as cell outputs:\n" + "\n".join(stray)
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_code_fits_the_column_at_1280(visits, page):
+    """Every line of every code block fits the column on a desktop, without scrolling or wrapping."""
+    cut = visits(page)["cut_code"]
+    assert not cut, f"{len(cut)} code blocks are wider than the column at 1280 px (px over, where):\n" + "\n".join(
+        f"{c['over']:4d}  {c['where']}" for c in cut)
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_equations_fit_the_column_at_1280(visits, page):
+    wide = visits(page)["wide_equations"]
+    assert not wide, "display equations wider than the column at 1280 px:\n" + "\n".join(
+        f"{e['over']:.0f} px  {e['where']}" for e in wide)
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+@pytest.mark.parametrize("page", PAGES)
+def test_nothing_is_cut_off(visits, page, width):
+    """At a desktop's, a tablet's and a phone's width, a reader sees every code line (long lines wrap
+    on narrow screens), every figure, and an equation too wide for a phone scrolls inside its box."""
+    clipped = visits(page)["widths"][width]["clipped"]
+    assert not clipped, f"cut off at {width} px:\n" + "\n".join(str(c) for c in clipped)
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+@pytest.mark.parametrize("page", CHAPTERS)
+def test_figure_parts_do_not_overlap(visits, page, width):
+    """A figure's title, subplot titles, legend, colour bars, menus, sliders and toolbar each in a place of their own."""
+    overlaps = {i: o for i, o in enumerate(visits(page)["widths"][width]["overlaps"]) if o}
+    assert not overlaps, f"at {width} px, figure (0-based): overlapping parts\n" + "\n".join(
+        f"{i}: {', '.join(o)}" for i, o in overlaps.items())
+
+
+@pytest.mark.parametrize("page", CHAPTERS)
+def test_every_control_keeps_the_title(visits, page):
+    """Each button and slider step, run as a click runs it, leaves the figure its title (plotly.js 4 rejects
+    a ``title`` given as a string, which plotly.js 2 accepted)."""
+    bad = [(i, t) for i, t in enumerate(visits(page)["titles"]) if t["lost"] or t["errors"]]
+    assert not bad, "\n".join(f"figure {i} ({t['title']!r}): lost its title after {t['lost']}; errors {t['errors']}"
+                              for i, t in bad)
+
+
+@pytest.mark.parametrize("page", CHAPTERS)
+def test_figures_work_in_plotly_js_2(browser, site_with_plotly2, page):
+    """Colab draws the chapters' figures with plotly.js 2: there too every control keeps the title,
+    and the parts above the plot do not overlap."""
+    set_width(browser, 1280)
+    browser.get(f"{site_with_plotly2}{page}.html")
+    state = browser.execute_async_script(JS + "return tfs.settle(arguments[arguments.length - 1]);")
+    version = browser.execute_script("return Plotly.version;")
+    assert version.startswith("2."), f"the page loaded plotly.js {version}, not 2.x"
+    assert all(state["rendered"]), f"figures not drawn with plotly.js {version}: {state['rendered']}"
+    overlaps = {i: o for i in range(state["figures"])
+                if (o := browser.execute_script(JS + "return tfs.overlaps(arguments[0]);", i))}
+    titles = [t for t in every_control(browser, state["figures"]) if t["lost"] or t["errors"]]
+    assert not overlaps and not titles, f"with plotly.js {version}: overlaps {overlaps}; controls {titles}"

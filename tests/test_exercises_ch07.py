@@ -52,23 +52,23 @@ def lm_loss(logits, input_ids, *, shift="right", flatten="right", reduction="mea
 
 
 def test_lm_loss_correct(capsys):
-    assert ex.check_lm_loss(lm_loss) is True
+    assert ex.check_lm_loss(lm_loss).passed is True
     assert "Correct" in capsys.readouterr().out
 
 
 def test_lm_loss_correct_via_library_and_by_hand():
-    assert ex.check_lm_loss(lambda lg, ids: tl.causal_lm_loss(lg[:, :-1], ids[:, 1:])) is True
+    assert ex.check_lm_loss(lambda lg, ids: tl.causal_lm_loss(lg[:, :-1], ids[:, 1:])).passed is True
 
     def by_hand(logits, ids):
         logp = logits[:, :-1].log_softmax(-1)
         return -logp.gather(-1, ids[:, 1:, None]).mean()
 
-    assert ex.check_lm_loss(by_hand) is True
-    assert ex.check_lm_loss(lambda lg, ids: lm_loss(lg, ids, returns="one_element")) is True
+    assert ex.check_lm_loss(by_hand).passed is True
+    assert ex.check_lm_loss(lambda lg, ids: lm_loss(lg, ids, returns="one_element")).passed is True
 
 
 def test_lm_loss_stub_is_pending(capsys):
-    assert ex.check_lm_loss(stub) is False
+    assert ex.check_lm_loss(stub).passed is False
     assert "Not implemented yet" in capsys.readouterr().out
 
 
@@ -165,7 +165,7 @@ def top_k_probs(logits, k, *, n=None, renormalise=True, order="sorted", returns=
 
 
 def test_top_k_correct(capsys):
-    assert ex.check_top_k_probs(top_k_probs) is True
+    assert ex.check_top_k_probs(top_k_probs).passed is True
     assert "Correct" in capsys.readouterr().out
 
 
@@ -174,11 +174,11 @@ def test_top_k_correct_via_topk():
         kth = torch.topk(logits, k).values[-1]
         return logits.masked_fill(logits < kth, float("-inf")).softmax(-1)
 
-    assert ex.check_top_k_probs(via_topk) is True
+    assert ex.check_top_k_probs(via_topk).passed is True
 
 
 def test_top_k_stub_is_pending(capsys):
-    assert ex.check_top_k_probs(stub) is False
+    assert ex.check_top_k_probs(stub).passed is False
     assert "Not implemented yet" in capsys.readouterr().out
 
 
@@ -232,16 +232,16 @@ def top_p_probs(logits, p, *, crossing="in", extra=0, renormalise=True, order="d
 
 
 def test_top_p_correct(capsys):
-    assert ex.check_top_p_probs(top_p_probs) is True
+    assert ex.check_top_p_probs(top_p_probs).passed is True
     assert "Correct" in capsys.readouterr().out
 
 
 def test_top_p_correct_via_library():
-    assert ex.check_top_p_probs(lambda lg, p: tl.next_token_probs(lg[None], top_p=p)[0]) is True
+    assert ex.check_top_p_probs(lambda lg, p: tl.next_token_probs(lg[None], top_p=p)[0]).passed is True
 
 
 def test_top_p_stub_is_pending(capsys):
-    assert ex.check_top_p_probs(stub) is False
+    assert ex.check_top_p_probs(stub).passed is False
     assert "Not implemented yet" in capsys.readouterr().out
 
 

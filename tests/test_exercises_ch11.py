@@ -41,14 +41,14 @@ def flops(N, L, H, Q, T, *, mistake=None):
 
 
 def test_flops_correct(capsys):
-    assert ex.check_flops_per_token(flops) is True
-    assert ex.check_flops_per_token(speed.flops_per_token) is True
-    assert ex.check_flops_per_token(lambda *a: torch.tensor(float(flops(*a)), dtype=torch.float64)) is True
+    assert ex.check_flops_per_token(flops).passed is True
+    assert ex.check_flops_per_token(speed.flops_per_token).passed is True
+    assert ex.check_flops_per_token(lambda *a: torch.tensor(float(flops(*a)), dtype=torch.float64)).passed is True
     assert "Correct" in capsys.readouterr().out
 
 
 def test_flops_stub_is_pending(capsys):
-    assert ex.check_flops_per_token(stub) is False
+    assert ex.check_flops_per_token(stub).passed is False
     assert "Not implemented yet" in capsys.readouterr().out
 
 
@@ -95,13 +95,13 @@ def throughput(steps, batch, seq_len, *, mistake=None):
 
 
 def test_tokens_per_second_correct(capsys):
-    assert ex.check_tokens_per_second(throughput) is True
-    assert ex.check_tokens_per_second(lambda s, b, t: b * t / speed.median(s)) is True
+    assert ex.check_tokens_per_second(throughput).passed is True
+    assert ex.check_tokens_per_second(lambda s, b, t: b * t / speed.median(s)).passed is True
     assert "Correct" in capsys.readouterr().out
 
 
 def test_tokens_per_second_stub_is_pending(capsys):
-    assert ex.check_tokens_per_second(stub) is False
+    assert ex.check_tokens_per_second(stub).passed is False
     assert "Not implemented yet" in capsys.readouterr().out
 
 
@@ -127,7 +127,7 @@ def test_tokens_per_second_does_not_see_a_sorted_list_afterwards():
         return batch * seq_len / statistics.median(steps)
 
     before = [list(steps) for steps, _, _ in ex.STEP_CASES]
-    assert ex.check_tokens_per_second(sorts_in_place) is True
+    assert ex.check_tokens_per_second(sorts_in_place).passed is True
     assert [list(steps) for steps, _, _ in ex.STEP_CASES] == before and before[0] != sorted(before[0])
 
 
@@ -143,7 +143,7 @@ def kv_bytes(L, B, T, d, nbytes, *, mistake=None):
 
 
 def test_kv_cache_bytes_correct(capsys):
-    assert ex.check_kv_cache_bytes(kv_bytes) is True
+    assert ex.check_kv_cache_bytes(kv_bytes).passed is True
     assert "Correct" in capsys.readouterr().out
 
 
@@ -160,7 +160,7 @@ def test_kv_cache_bytes_matches_a_real_cache():
 
 
 def test_kv_cache_bytes_stub_is_pending(capsys):
-    assert ex.check_kv_cache_bytes(stub) is False
+    assert ex.check_kv_cache_bytes(stub).passed is False
     assert "Not implemented yet" in capsys.readouterr().out
 
 

@@ -65,7 +65,8 @@ class TransformerConfig:
         return self.d_model // self.n_heads
 
     def block_kwargs(self) -> dict:
-        """Keyword arguments for :class:`~transformer_lib.layers.block.TransformerBlock` / ``DecoderBlock``."""
+        """Keyword arguments for :class:`~transformer_lib.layers.block.TransformerBlock`
+        and ``DecoderBlock``."""
         return dict(
             d_model=self.d_model,
             n_heads=self.n_heads,

@@ -86,7 +86,8 @@ def generate(
     use_cache: bool = True,
     generator: torch.Generator | None = None,
 ) -> Tensor:
-    """Extend ``input_ids`` ``(batch, seq)`` by ``max_new_tokens`` tokens -> ``(batch, seq + max_new_tokens)``.
+    """Extend ``input_ids`` ``(batch, seq)`` by ``max_new_tokens`` tokens
+    -> ``(batch, seq + max_new_tokens)``.
 
     Defined in chapter 7. ``model`` is a decoder-only model such as :class:`GPT2` (it needs
     ``config.n_ctx``, ``config.vocab_size`` and ``new_kv_cache()``). The model only ever sees
@@ -111,7 +112,8 @@ def generate(
                 cache = model.new_kv_cache() if use_cache else None
                 logits = model(window, kv_cache=cache)
             nxt = sample_next_token(
-                logits[:, -1], temperature=temperature, top_k=top_k, top_p=top_p, do_sample=do_sample, generator=generator
+                logits[:, -1], temperature=temperature, top_k=top_k, top_p=top_p,
+                do_sample=do_sample, generator=generator,
             )
             input_ids = torch.cat([input_ids, nxt], dim=1)
     finally:

@@ -44,7 +44,8 @@ def masked_lm_loss(logits: Tensor, labels: Tensor) -> Tensor:
     """
     if logits.dim() != 2 or labels.shape != logits.shape[:1]:
         raise ValueError(
-            f"logits must be (n_masked, vocab) and labels (n_masked,); got {tuple(logits.shape)} and {tuple(labels.shape)}"
+            f"logits must be (n_masked, vocab) and labels (n_masked,); "
+            f"got {tuple(logits.shape)} and {tuple(labels.shape)}"
         )
     _check_labels("labels", labels)
     if labels.numel() == 0:

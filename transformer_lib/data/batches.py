@@ -45,7 +45,8 @@ def get_batch(
     if data.dim() != 1:
         raise ValueError(f"data must be a 1-D tensor of token ids, got shape {tuple(data.shape)}")
     if len(data) < block_size + 1:
-        raise ValueError(f"data has {len(data)} tokens; block_size={block_size} needs at least {block_size + 1}")
+        raise ValueError(f"data has {len(data)} tokens; block_size={block_size} "
+                         f"needs at least {block_size + 1}")
     # positions drawn on the generator's device (the CPU unless given another), whatever the default device
     on = generator.device if generator is not None else torch.device("cpu")
     starts = torch.randint(len(data) - block_size, (batch_size,), generator=generator, device=on)

@@ -47,7 +47,8 @@ class MLMCollator:
             raise ValueError(f"mask_prob must be in (0, 1), got {mask_prob}")
         if not (0 <= mask_fraction and 0 <= random_fraction and mask_fraction + random_fraction <= 1):
             raise ValueError(
-                f"mask_fraction and random_fraction must be >= 0 with sum <= 1, got {mask_fraction} and {random_fraction}"
+                "mask_fraction and random_fraction must be >= 0 with sum <= 1, "
+                f"got {mask_fraction} and {random_fraction}"
             )
         special = set(special_ids) | {mask_token_id} | ({pad_token_id} if pad_token_id is not None else set())
         self.vocab_size, self.mask_token_id, self.pad_token_id = vocab_size, mask_token_id, pad_token_id

@@ -32,7 +32,8 @@ class CharTokenizer:
         try:
             return [self.stoi[c] for c in text]
         except KeyError as e:
-            raise ValueError(f"character {e.args[0]!r} is not in this tokenizer's vocabulary of {self.vocab_size}") from None
+            raise ValueError(f"character {e.args[0]!r} is not in this tokenizer's vocabulary "
+                             f"of {self.vocab_size}") from None
 
     def decode(self, ids: Sequence[int] | torch.Tensor) -> str:
         if isinstance(ids, torch.Tensor):

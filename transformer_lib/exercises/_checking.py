@@ -5,9 +5,10 @@ answers, compares with the library's result, and when they differ names the mist
 ("is your epsilon inside the square root?") by recomputing each known mistake and seeing
 which one the reader's answer matches.
 
-* Right answer: prints a line starting with ``Correct`` and returns True.
-* Not written yet (``raise NotImplementedError``): prints what to do and returns False, so that
-  running a chapter top to bottom (the book's build, nbval) never fails on an unsolved exercise.
+* Right answer: prints a line starting with ``Correct`` and returns a true :class:`Verdict`.
+* Not written yet (``raise NotImplementedError``): prints what to do and returns a false
+  :class:`Verdict`, so that running a chapter top to bottom (the book's build, nbval) never
+  fails on an unsolved exercise.
 * Wrong answer: raises :class:`ExerciseFailed` (an ``AssertionError``) with the diagnosis.
 """
 
@@ -53,14 +54,34 @@ def call(name: str, fn: Callable, *args, hint: str = ""):
         raise ExerciseFailed(f"{name} raised {type(e).__name__}: {e}\n(called with arguments {shapes}). {hint}".rstrip()) from e
 
 
-def pending(name: str) -> bool:
+class Verdict:
+    """A check's result: true when the answer is right (``assert check(...)`` works).
+
+    It displays nothing, so a check on the last line of a cell shows only its message,
+    not a stray ``True`` or ``False`` under it.
+    """
+
+    def __init__(self, passed: bool):
+        self.passed = passed
+
+    def __bool__(self) -> bool:
+        return self.passed
+
+    def __repr__(self) -> str:
+        return f"Verdict(passed={self.passed})"
+
+    def _ipython_display_(self) -> None:
+        pass  # the check has printed its message
+
+
+def pending(name: str) -> Verdict:
     print(f"Not implemented yet: write `{name}` above (replace `raise NotImplementedError`), then run this cell again.")
-    return False
+    return Verdict(False)
 
 
-def correct(message: str) -> bool:
+def correct(message: str) -> Verdict:
     print(f"Correct! {message}")
-    return True
+    return Verdict(True)
 
 
 def fail(message: str):

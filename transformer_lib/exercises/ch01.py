@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ..layers.embedding import TokenEmbedding
-from ._checking import NOT_IMPLEMENTED, ExerciseFailed, attempt, check_against, correct, diagnose, expect_tensor, fail, pending
+from ._checking import NOT_IMPLEMENTED, ExerciseFailed, attempt, check_against, correct, diagnose, expect_tensor, fail, pending, Verdict
 
 __all__ = [
     "check_cross_entropy",
@@ -93,7 +93,7 @@ OVERFLOW_HINT = (
 )
 
 
-def check_softmax(fn: Callable[[Tensor], Tensor]) -> bool:
+def check_softmax(fn: Callable[[Tensor], Tensor]) -> Verdict:
     """Check ``fn(x)``: softmax along the last dimension, ``exp(x_i) / sum_j exp(x_j)``.
 
     ``fn`` takes float logits of any shape ``(..., vocab)`` and returns probabilities of the same
@@ -204,7 +204,7 @@ LOG_OF_SOFTMAX_HINT = (
 )
 
 
-def check_cross_entropy(fn: Callable[[Tensor, Tensor], Tensor]) -> bool:
+def check_cross_entropy(fn: Callable[[Tensor, Tensor], Tensor]) -> Verdict:
     """Check ``fn(logits, targets)``: mean cross-entropy, ``-mean_n log softmax(logits[n])[targets[n]]``.
 
     ``logits`` is ``(batch, vocab)``, ``targets`` is ``(batch,)`` of ids; the answer is a 0-dim
@@ -278,7 +278,7 @@ def _call_embed(fn: Callable, ids: Tensor, W: Tensor):
         fail(f"embed_one_hot raised RuntimeError: {msg}\n{hint}")
 
 
-def check_embed_one_hot(fn: Callable[[Tensor, Tensor], Tensor]) -> bool:
+def check_embed_one_hot(fn: Callable[[Tensor, Tensor], Tensor]) -> Verdict:
     """Check ``fn(ids, W)``: the embedding lookup as a matrix product, ``one_hot(ids) @ W``.
 
     ``ids`` is ``(batch, seq)`` of token ids, ``W`` the ``(vocab, d_model)`` table; the answer is

@@ -25,7 +25,7 @@ from torch import Tensor
 
 from ..layers.attention import scaled_dot_product_attention as _sdpa
 from ..layers.masks import causal_mask as _causal_mask
-from ._checking import NOT_IMPLEMENTED, ExerciseFailed, attempt, close, correct, diagnose, expect_tensor, fail, pending
+from ._checking import NOT_IMPLEMENTED, ExerciseFailed, attempt, close, correct, diagnose, expect_tensor, fail, pending, Verdict
 
 D_K = 4  # sqrt(d_k) = 2 and d_k = 4: the three scales differ
 
@@ -150,7 +150,7 @@ def _check_pair(name: str, got, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | 
         diagnose(f"{name}'s output ({where})", out, expected_out, {h: w for h, w in wrong_outputs.items() if w is not None})
 
 
-def check_scaled_dot_product_attention(fn: Callable) -> bool:
+def check_scaled_dot_product_attention(fn: Callable) -> Verdict:
     """Check ``fn(q, k, v, mask=None) -> (output, weights)`` against ``tl.scaled_dot_product_attention``.
 
     ``q`` is ``(..., seq_q, d_k)``, ``k`` is ``(..., seq_k, d_k)``, ``v`` is ``(..., seq_k, d_v)``;
@@ -158,7 +158,7 @@ def check_scaled_dot_product_attention(fn: Callable) -> bool:
     The answer is ``(output (..., seq_q, d_v), weights (..., seq_q, seq_k))``.
 
     Two calls: without a mask on 5 queries and 5 keys, then with a mask on 3 queries and 5 keys.
-    Prints ``Correct!`` and returns True when right; returns False while ``fn`` raises
+    Prints ``Correct!`` and returns a true ``Verdict`` when right; returns a false one while ``fn`` raises
     NotImplementedError; otherwise raises :class:`ExerciseFailed` naming the mistake: no scale, a
     scale of ``1/d_k``, the softmax over the queries, ``K Q^T`` instead of ``Q K^T``, the mask
     ignored, applied after the softmax, set to 0 instead of -inf, added, or inverted (True taken
@@ -200,10 +200,10 @@ def causal_mask_mistakes(seq_len: int) -> dict[str, Tensor]:
     }
 
 
-def check_causal_mask(fn: Callable[[int], Tensor]) -> bool:
+def check_causal_mask(fn: Callable[[int], Tensor]) -> Verdict:
     """Check ``fn(seq_len) -> (seq_len, seq_len)`` bool mask, True where query i may attend to key j (j <= i).
 
-    Tried with ``seq_len`` 5, 1 and 8. Prints ``Correct!`` and returns True when right; returns False
+    Tried with ``seq_len`` 5, 1 and 8. Prints ``Correct!`` and returns a true ``Verdict`` when right; returns a false one
     while ``fn`` raises NotImplementedError; otherwise raises :class:`ExerciseFailed` naming the
     mistake: the upper triangle, the diagonal left out, the inverted convention (True = hidden),
     all True, or a float/int dtype instead of ``torch.bool``.
@@ -254,12 +254,12 @@ def split_heads_mistakes(x: Tensor, n_heads: int) -> dict[str, Tensor]:
     }
 
 
-def check_split_heads(fn: Callable[[Tensor, int], Tensor]) -> bool:
+def check_split_heads(fn: Callable[[Tensor, int], Tensor]) -> Verdict:
     """Check ``fn(x, n_heads)``: ``(batch, seq, d_model) -> (batch, n_heads, seq, d_head)``.
 
     Head ``h`` gets features ``h*d_head : (h+1)*d_head`` of every position, as in
     ``tl.MultiHeadAttention`` (``rearrange(x, "b s (h d) -> b h s d")``). Prints ``Correct!`` and returns
-    True when right; returns False while ``fn`` raises NotImplementedError; otherwise raises
+    True when right; returns a false one while ``fn`` raises NotImplementedError; otherwise raises
     :class:`ExerciseFailed` naming the mistake: a reshape without the transpose, the transpose
     forgotten (shape ``(batch, seq, n_heads, d_head)``), or ``d_model`` split as ``(d_head, n_heads)``.
     """
@@ -292,10 +292,10 @@ def merge_heads_mistakes(x: Tensor) -> dict[str, Tensor]:
     }
 
 
-def check_merge_heads(fn: Callable[[Tensor], Tensor]) -> bool:
+def check_merge_heads(fn: Callable[[Tensor], Tensor]) -> Verdict:
     """Check ``fn(x)``: ``(batch, n_heads, seq, d_head) -> (batch, seq, n_heads * d_head)``, the inverse of split_heads.
 
-    Prints ``Correct!`` and returns True when right; returns False while ``fn`` raises
+    Prints ``Correct!`` and returns a true ``Verdict`` when right; returns a false one while ``fn`` raises
     NotImplementedError; otherwise raises :class:`ExerciseFailed` naming the mistake: a reshape
     without the transpose, heads interleaved, or ``.view`` on the non-contiguous transposed tensor.
     """

@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ..layers.feedforward import GatedFeedForward, gelu, gelu_tanh
-from ._checking import NOT_IMPLEMENTED, attempt, check_against, close, expect_tensor, fail, pending
+from ._checking import NOT_IMPLEMENTED, attempt, check_against, close, expect_tensor, fail, pending, Verdict
 
 __all__ = ["check_gelu_tanh", "check_swiglu", "gelu_tanh_inputs", "swiglu_inputs"]
 
@@ -58,7 +58,7 @@ def _gelu_tanh_mistakes(x: Tensor) -> dict[str, Tensor]:
     }
 
 
-def check_gelu_tanh(fn: Callable[[Tensor], Tensor]) -> bool:
+def check_gelu_tanh(fn: Callable[[Tensor], Tensor]) -> Verdict:
     """Check ``fn(x)``, GELU's tanh approximation ``0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))``.
 
     ``fn`` takes a float tensor of any shape and returns a tensor of the same shape (elementwise).
@@ -174,7 +174,7 @@ def _call_swiglu(fn: Callable, x: Tensor, W_gate: Tensor, W_in: Tensor, W_out: T
              f"if this is a shape mismatch, check the orientation of the weights. {TRANSPOSED_HINT}")
 
 
-def check_swiglu(fn: Callable[[Tensor, Tensor, Tensor, Tensor], Tensor]) -> bool:
+def check_swiglu(fn: Callable[[Tensor, Tensor, Tensor, Tensor], Tensor]) -> Verdict:
     """Check ``fn(x, W_gate, W_in, W_out) = (silu(x @ W_gate.T) * (x @ W_in.T)) @ W_out.T`` (no biases).
 
     ``x`` is ``(batch, seq, d_model)``; the weights are stored like ``nn.Linear.weight``:

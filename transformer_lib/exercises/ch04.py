@@ -22,7 +22,7 @@ from torch import Tensor, nn
 from ..layers.block import TransformerBlock
 from ..layers.feedforward import FeedForward
 from ..layers.normalization import LayerNorm, RMSNorm
-from ._checking import NOT_IMPLEMENTED, attempt, check_against, close, correct, expect_tensor, fail, pending
+from ._checking import NOT_IMPLEMENTED, attempt, check_against, close, correct, expect_tensor, fail, pending, Verdict
 
 EPS = 1e-3  # the eps the checks pass: as large as the quiet token's variance, so its placement shows
 
@@ -99,11 +99,11 @@ def layer_norm_case(seed: int = 4) -> tuple[tuple, Tensor, dict[str, Tensor]]:
     return (x, weight, bias, EPS), expected, layer_norm_mistakes(x, weight, bias, EPS)
 
 
-def check_layer_norm(layer_norm: Callable[[Tensor, Tensor, Tensor, float], Tensor]) -> bool:
+def check_layer_norm(layer_norm: Callable[[Tensor, Tensor, Tensor, float], Tensor]) -> Verdict:
     """Check ``layer_norm(x, weight, bias, eps)`` against :class:`transformer_lib.LayerNorm`.
 
     ``x`` is ``(batch, seq, d_model)``; ``weight`` and ``bias`` are ``(d_model,)``. The answer must
-    have the shape of ``x``. Prints ``Correct!`` and returns True when right; returns False (after
+    have the shape of ``x``. Prints ``Correct!`` and returns a true ``Verdict`` when right; returns a false one (after
     saying so) while the function still raises NotImplementedError; otherwise raises
     :class:`ExerciseFailed` naming the mistake (eps outside the square root, the unbiased variance,
     the wrong dimension, a missing gain, bias or mean, an ignored eps argument).
@@ -156,11 +156,11 @@ def rms_norm_case(seed: int = 5) -> tuple[tuple, Tensor, dict[str, Tensor]]:
     return (x, weight, EPS), expected, rms_norm_mistakes(x, weight, EPS)
 
 
-def check_rms_norm(rms_norm: Callable[[Tensor, Tensor, float], Tensor]) -> bool:
+def check_rms_norm(rms_norm: Callable[[Tensor, Tensor, float], Tensor]) -> Verdict:
     """Check ``rms_norm(x, weight, eps)`` against :class:`transformer_lib.RMSNorm`.
 
     ``x`` is ``(batch, seq, d_model)``; ``weight`` is ``(d_model,)``. Prints ``Correct!`` and
-    returns True when right; returns False while the function raises NotImplementedError;
+    returns a true ``Verdict`` when right; returns a false one while the function raises NotImplementedError;
     otherwise raises :class:`ExerciseFailed` naming the mistake (subtracting the mean, eps outside
     the square root, the standard deviation instead of the RMS, no square root, a missing gain,
     the wrong dimension, an ignored eps argument).
@@ -222,7 +222,7 @@ def residual_mistakes(x: Tensor, norm: nn.Module, fn: nn.Module, position: str) 
         }
 
 
-def _check_residual(step: Callable, position: str) -> bool:
+def _check_residual(step: Callable, position: str) -> Verdict:
     name = f"{position}_norm_residual"
     x, norm, fn = _residual_parts()
     with torch.no_grad():
@@ -251,7 +251,7 @@ def _check_residual(step: Callable, position: str) -> bool:
                    f"tl.TransformerBlock(norm_position='{position}'), reproduce the block.")
 
 
-def check_pre_norm_residual(pre_norm_residual: Callable[[Tensor, nn.Module, Callable], Tensor]) -> bool:
+def check_pre_norm_residual(pre_norm_residual: Callable[[Tensor, nn.Module, Callable], Tensor]) -> Verdict:
     """Check ``pre_norm_residual(x, norm, fn)``, one pre-norm step: ``x + fn(norm(x))``.
 
     ``x`` is ``(batch, seq, d_model)``, ``norm`` a LayerNorm, ``fn`` a sublayer (here an FFN).
@@ -262,7 +262,7 @@ def check_pre_norm_residual(pre_norm_residual: Callable[[Tensor, nn.Module, Call
     return _check_residual(pre_norm_residual, "pre")
 
 
-def check_post_norm_residual(post_norm_residual: Callable[[Tensor, nn.Module, Callable], Tensor]) -> bool:
+def check_post_norm_residual(post_norm_residual: Callable[[Tensor, nn.Module, Callable], Tensor]) -> Verdict:
     """Check ``post_norm_residual(x, norm, fn)``, one post-norm step: ``norm(x + fn(x))``.
 
     Diagnoses pre-norm written instead, a missing residual or norm, a norm on the sublayer's

@@ -15,7 +15,7 @@ import torch
 from torch import Tensor
 
 from ..layers.positions import RotaryEmbedding, sinusoidal_encoding
-from ._checking import NOT_IMPLEMENTED, attempt, close, correct, diagnose, expect_tensor, pending
+from ._checking import NOT_IMPLEMENTED, attempt, close, correct, diagnose, expect_tensor, pending, Verdict
 
 BASE = 10000.0
 
@@ -45,7 +45,7 @@ def _sinusoidal_variant(n_positions: int, d_model: int, *, swap: bool = False, e
     return torch.stack([sin, cos], dim=-1).flatten(-2).float()  # sin on even, cos on odd dimensions
 
 
-def check_sinusoidal(sinusoidal: Callable[[int, int], Tensor]) -> bool:
+def check_sinusoidal(sinusoidal: Callable[[int, int], Tensor]) -> Verdict:
     """Check ``sinusoidal(n_positions, d_model) -> (n_positions, d_model)`` (base 10000).
 
     Expected: ``PE[p, 2i] = sin(p / 10000^(2i/d_model))`` and ``PE[p, 2i+1] = cos(p / 10000^(2i/d_model))``
@@ -122,7 +122,7 @@ def _rope_mistakes(x: Tensor, offset: int) -> dict[str, Tensor]:
     }
 
 
-def check_apply_rope(apply_rope: Callable[..., Tensor]) -> bool:
+def check_apply_rope(apply_rope: Callable[..., Tensor]) -> Verdict:
     """Check ``apply_rope(x, positions_offset=0) -> (seq, head_dim)`` (base 10000).
 
     Row ``m`` of ``x`` sits at position ``positions_offset + m``; each adjacent pair

@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from ..models.gpt2 import GPT2, GPT2Config
-from ._checking import NOT_IMPLEMENTED, attempt, correct, fail, pending
+from ._checking import NOT_IMPLEMENTED, attempt, correct, fail, pending, Verdict
 
 __all__ = ["check_gpt2_num_parameters", "check_tie_weights", "untied_model", "PARAM_CASES"]
 
@@ -60,7 +60,7 @@ def _tied_reference(embedding: torch.Tensor) -> GPT2:
     return ref
 
 
-def check_tie_weights(tie_weights: Callable[[GPT2], object]) -> bool:
+def check_tie_weights(tie_weights: Callable[[GPT2], object]) -> Verdict:
     """Check ``tie_weights(model)``: make ``model.lm_head`` use the token embedding's tensor, in place.
 
     ``model`` is an untied ``tl.GPT2`` (see :func:`untied_model`). Afterwards
@@ -237,7 +237,7 @@ def _as_int(name: str, got) -> int:
              f"{type(got).__name__} {got!r:.60}.")
 
 
-def check_gpt2_num_parameters(num_parameters: Callable[[int, int, int, int, bool], int]) -> bool:
+def check_gpt2_num_parameters(num_parameters: Callable[[int, int, int, int, bool], int]) -> Verdict:
     """Check ``num_parameters(vocab_size, n_ctx, d_model, n_layers, tied) -> int``.
 
     The model is the library's GPT-2 (``tl.GPT2``): learned positions, pre-norm blocks of

@@ -25,7 +25,7 @@ from torch import Tensor
 
 from ..generation import next_token_probs
 from ..losses import causal_lm_loss
-from ._checking import NOT_IMPLEMENTED, ExerciseFailed, call, close, correct, expect_tensor, fail, pending
+from ._checking import NOT_IMPLEMENTED, ExerciseFailed, call, close, correct, expect_tensor, fail, pending, Verdict
 
 
 def _match(name: str, got: Tensor, expected: Tensor, mistakes: list[tuple[str, Tensor]], what: str) -> None:
@@ -99,15 +99,15 @@ def lm_loss_mistakes(logits: Tensor, ids: Tensor) -> list[tuple[str, Tensor]]:
     return [(hint, w) for hint, wrong in mistakes.items() for w in (wrong if isinstance(wrong, list) else [wrong])]
 
 
-def check_lm_loss(fn: Callable[[Tensor, Tensor], Tensor]) -> bool:
+def check_lm_loss(fn: Callable[[Tensor, Tensor], Tensor]) -> Verdict:
     """Check ``fn(logits, input_ids) -> scalar`` causal-LM loss.
 
     ``logits`` is ``(batch, seq, vocab)``, the model's output for ``input_ids`` ``(batch, seq)``. The
     logits at position ``t`` predict token ``t + 1``, so the answer is the mean cross-entropy of
     ``logits[:, :-1]`` against ``input_ids[:, 1:]``: ``tl.causal_lm_loss(logits[:, :-1], input_ids[:, 1:])``.
 
-    Two calls on different inputs (``batch=3, seq=8, vocab=7``). Prints ``Correct!`` and returns True
-    when right; returns False while ``fn`` raises NotImplementedError; otherwise raises
+    Two calls on different inputs (``batch=3, seq=8, vocab=7``). Prints ``Correct!`` and returns a true ``Verdict``
+    when right; returns a false one while ``fn`` raises NotImplementedError; otherwise raises
     :class:`ExerciseFailed` naming the mistake: no shift (predicting the current token), the shift the
     wrong way (the previous token), the logits passed to ``F.cross_entropy`` unflattened, logits and
     targets flattened in different orders, a sum instead of a mean (over everything, or over the
@@ -226,13 +226,13 @@ def _check_filter(name: str, got, logits: Tensor, expected: Tensor, mistakes: li
         _match(f"{name}({case})", got, expected, mistakes, "probabilities")
 
 
-def check_top_k_probs(fn: Callable[[Tensor, int], Tensor]) -> bool:
+def check_top_k_probs(fn: Callable[[Tensor, int], Tensor]) -> Verdict:
     """Check ``fn(logits, k) -> probs``: the softmax of ``logits`` ``(vocab,)`` restricted to the ``k`` largest.
 
     The answer is ``(vocab,)``: the ``k`` most likely tokens keep their probabilities, renormalised to
     sum to 1, every other token gets exactly 0 (``tl.next_token_probs(logits[None], top_k=k)[0]``).
-    Tried with ``k`` = 3, 1 and 10 on 10 distinct, unsorted logits. Prints ``Correct!`` and returns True
-    when right; returns False while ``fn`` raises NotImplementedError; otherwise raises
+    Tried with ``k`` = 3, 1 and 10 on 10 distinct, unsorted logits. Prints ``Correct!`` and returns a true ``Verdict``
+    when right; returns a false one while ``fn`` raises NotImplementedError; otherwise raises
     :class:`ExerciseFailed` naming the mistake: ``k - 1`` or ``k + 1`` tokens kept, no renormalisation,
     the first ``k`` tokens of the vocabulary (no sorting), the ``k`` least likely, equal probabilities,
     or filtered logits returned instead of probabilities.
@@ -255,13 +255,13 @@ def check_top_k_probs(fn: Callable[[Tensor, int], Tensor]) -> bool:
 TOP_P_CASES = (0.65, 0.8, 0.45)
 
 
-def check_top_p_probs(fn: Callable[[Tensor, float], Tensor]) -> bool:
+def check_top_p_probs(fn: Callable[[Tensor, float], Tensor]) -> Verdict:
     """Check ``fn(logits, p) -> probs``: nucleus (top-p) filtering of the softmax of ``logits`` ``(vocab,)``.
 
     Keep the smallest set of most likely tokens whose probabilities sum to at least ``p`` (the token
     that takes the running sum to ``p`` or past it is in), renormalise, and give every other token
     exactly 0 (``tl.next_token_probs(logits[None], top_p=p)[0]``). Tried with ``p`` = 0.65, 0.8 and 0.45
-    on 10 distinct, unsorted logits. Prints ``Correct!`` and returns True when right; returns False
+    on 10 distinct, unsorted logits. Prints ``Correct!`` and returns a true ``Verdict`` when right; returns a false one
     while ``fn`` raises NotImplementedError; otherwise raises :class:`ExerciseFailed` naming the
     mistake: the crossing token left out, one token too many, no renormalisation, the cumulative sum
     taken in vocabulary order (no sorting; with or without the crossing token), an ascending sort,

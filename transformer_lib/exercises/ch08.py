@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..losses import IGNORE_INDEX, masked_lm_loss
-from ._checking import NOT_IMPLEMENTED, ExerciseFailed, attempt, call, close, correct, expect_tensor, fail, pending
+from ._checking import NOT_IMPLEMENTED, ExerciseFailed, attempt, call, close, correct, expect_tensor, fail, pending, Verdict
 
 MASK_FRACTION, RANDOM_FRACTION = 0.8, 0.1  # of the chosen positions: [MASK], a random token; the rest unchanged
 
@@ -161,7 +161,7 @@ def mlm_mask_mistakes(ids: Tensor, u_choose: Tensor, u_action: Tensor, u_token: 
     return labels, corrupted
 
 
-def check_mlm_mask(mlm_mask: Callable[..., tuple[Tensor, Tensor]]) -> bool:
+def check_mlm_mask(mlm_mask: Callable[..., tuple[Tensor, Tensor]]) -> Verdict:
     """Check ``mlm_mask(input_ids, u_choose, u_action, u_token, mask_token_id, special_ids, vocab_size, mask_prob)``.
 
     All tensors are ``(batch, seq)``; the three ``u_*`` are uniform numbers in ``[0, 1)``. The
@@ -174,7 +174,7 @@ def check_mlm_mask(mlm_mask: Callable[..., tuple[Tensor, Tensor]]) -> bool:
       ``replacements`` are the ids in ``[0, vocab_size)`` not in ``special_ids``, in increasing order;
     * ``labels`` are the original token at the chosen positions and ``IGNORE_INDEX`` (-100) elsewhere.
 
-    Returns ``(corrupted, labels)``. Prints ``Correct!`` and returns True when right; returns False
+    Returns ``(corrupted, labels)``. Prints ``Correct!`` and returns a true ``Verdict`` when right; returns a false one
     while the function raises NotImplementedError; otherwise raises :class:`ExerciseFailed` naming
     the mistake (special tokens or padding chosen, labels at unchosen positions, labels holding the
     corrupted tokens or only the [MASK] positions, the 80/10/10 split applied to every token, random
@@ -277,7 +277,7 @@ def masked_lm_loss_mistakes(hidden: Tensor, input_ids: Tensor, labels: Tensor, h
         }
 
 
-def check_masked_lm_loss(masked_lm_loss_fn: Callable[[Tensor, Tensor, Tensor, nn.Module], Tensor]) -> bool:
+def check_masked_lm_loss(masked_lm_loss_fn: Callable[[Tensor, Tensor, Tensor, nn.Module], Tensor]) -> Verdict:
     """Check ``masked_lm_loss(hidden, input_ids, labels, head) -> scalar``.
 
     ``hidden`` ``(batch, seq, d_model)`` is the encoder's output, ``input_ids`` ``(batch, seq)`` the
@@ -286,7 +286,7 @@ def check_masked_lm_loss(masked_lm_loss_fn: Callable[[Tensor, Tensor, Tensor, nn
     answer selects the chosen positions (``labels != -100``), runs the head on them only, and
     returns the mean cross-entropy against their labels: ``tl.masked_lm_loss(head(hidden[m]), labels[m])``.
 
-    Prints ``Correct!`` and returns True when right; returns False while the function raises
+    Prints ``Correct!`` and returns a true ``Verdict`` when right; returns a false one while the function raises
     NotImplementedError; otherwise raises :class:`ExerciseFailed` naming the mistake (averaged over
     all positions, the corrupted input as targets, no selection before the head, the inverted
     selection, a sum instead of the mean, a softmax before the cross-entropy).

@@ -17,7 +17,7 @@ import torch
 from torch import Tensor
 
 from ..models.encoder_decoder import EncoderDecoder, EncoderDecoderConfig
-from ._checking import NOT_IMPLEMENTED, attempt, correct, fail, pending
+from ._checking import NOT_IMPLEMENTED, attempt, correct, fail, pending, Verdict
 
 # ---------------------------------------------------------------- (a) teacher forcing
 
@@ -60,7 +60,7 @@ def _teacher_forcing_mistakes(y: list[int], bos: int, eos: int) -> list[tuple[st
     ]
 
 
-def check_teacher_forcing(teacher_forcing: Callable[[Tensor, int, int], tuple[Tensor, Tensor]]) -> bool:
+def check_teacher_forcing(teacher_forcing: Callable[[Tensor, int, int], tuple[Tensor, Tensor]]) -> Verdict:
     """Check ``teacher_forcing(y, bos_id, eos_id) -> (tgt_in, tgt_out)``.
 
     ``y`` is a 1-D ``torch.long`` tensor of target tokens. Expected: ``tgt_in = [BOS] + y`` (what the
@@ -150,7 +150,7 @@ def _right_until_eos(got: Tensor, expected: Tensor, eos: int) -> bool:
     return True
 
 
-def check_greedy_decode(greedy_decode: Callable[..., Tensor]) -> bool:
+def check_greedy_decode(greedy_decode: Callable[..., Tensor]) -> Verdict:
     """Check ``greedy_decode(model, src_ids, bos_id, eos_id, max_new_tokens) -> (batch, 1 + max_new_tokens)``.
 
     Expected: start every row with ``bos_id``; ``max_new_tokens`` times, run the decoder on everything

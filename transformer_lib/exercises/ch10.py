@@ -24,7 +24,7 @@ from ..layers.feedforward import GatedFeedForward
 from ..layers.normalization import RMSNorm
 from ..models.gpt2 import GPT2, GPT2Config
 from ..params import count_parameters
-from ._checking import NOT_IMPLEMENTED, attempt, correct, fail, pending
+from ._checking import NOT_IMPLEMENTED, attempt, correct, fail, pending, Verdict
 
 __all__ = ["check_llama_kwargs", "check_swiglu_param_count", "LLAMA_SWAPS", "SWIGLU_CASES", "swiglu_count_mistakes"]
 
@@ -109,7 +109,7 @@ def _build_config(kwargs: dict) -> GPT2Config:
         fail(f"GPT2Config rejected these settings: {error}")
 
 
-def check_llama_kwargs(fn: Callable[[], Mapping]) -> bool:
+def check_llama_kwargs(fn: Callable[[], Mapping]) -> Verdict:
     """Check ``fn()``: the ``GPT2Config`` keyword arguments that make GPT-2 a LLaMA-style decoder.
 
     The answer is a dict such as ``{"norm": ..., ...}`` (a ``GPT2Config`` is accepted too) holding
@@ -260,7 +260,7 @@ def _as_number(got, case) -> float:
     return float(got)
 
 
-def check_swiglu_param_count(fn: Callable[[int, int, bool], int]) -> bool:
+def check_swiglu_param_count(fn: Callable[[int, int, bool], int]) -> Verdict:
     """Check ``fn(d_model, multiple_of, bias)``: the parameters of a SwiGLU FFN.
 
     The hidden size is ``d_ff = multiple_of * ceil(8 d_model / 3 / multiple_of)`` (as

@@ -19,7 +19,7 @@ import statistics
 from typing import Callable
 
 from .. import speed
-from ._checking import NOT_IMPLEMENTED, call, correct, fail, pending
+from ._checking import NOT_IMPLEMENTED, call, correct, fail, pending, Verdict
 
 
 def _number(name: str, got) -> float:
@@ -66,11 +66,11 @@ def flops_mistakes(n_params: int, n_layers: int, n_heads: int, d_head: int, seq_
     }
 
 
-def check_flops_per_token(fn: Callable[[int, int, int, int, int], float]) -> bool:
+def check_flops_per_token(fn: Callable[[int, int, int, int, int], float]) -> Verdict:
     """Check ``fn(n_params, n_layers, n_heads, d_head, seq_len)``: training FLOPs per token, ``6N + 12 L H Q T``.
 
     Tried on the baby, shakespeare_char and GPT-2 small sizes (``tl.speed.flops_per_token``).
-    Prints ``Correct!`` and returns True when right; returns False while ``fn`` raises
+    Prints ``Correct!`` and returns a true ``Verdict`` when right; returns a false one while ``fn`` raises
     NotImplementedError; otherwise raises :class:`ExerciseFailed` naming the mistake: no attention
     term, the forward pass only, a multiply-add counted once, attention quadratic in the length,
     the heads or the layers missing from the attention term, or 6 instead of 12 for attention.
@@ -115,11 +115,11 @@ def tokens_per_second_mistakes(step_seconds: list[float], batch: int, seq_len: i
     }
 
 
-def check_tokens_per_second(fn: Callable[[list[float], int, int], float]) -> bool:
+def check_tokens_per_second(fn: Callable[[list[float], int, int], float]) -> Verdict:
     """Check ``fn(step_seconds, batch, seq_len)``: tokens per second from the timed steps' median.
 
-    Each step trains on ``batch * seq_len`` tokens. Prints ``Correct!`` and returns True when right;
-    returns False while ``fn`` raises NotImplementedError; otherwise raises :class:`ExerciseFailed`
+    Each step trains on ``batch * seq_len`` tokens. Prints ``Correct!`` and returns a true ``Verdict`` when right;
+    returns a false one while ``fn`` raises NotImplementedError; otherwise raises :class:`ExerciseFailed`
     naming the mistake: the mean, the minimum, the middle element (not the median of an even
     count), the first step, sequences or positions instead of tokens, or seconds per token.
     """
@@ -153,12 +153,12 @@ def kv_cache_mistakes(n_layers: int, batch: int, seq_len: int, d_model: int, byt
     }
 
 
-def check_kv_cache_bytes(fn: Callable[[int, int, int, int, int], float]) -> bool:
+def check_kv_cache_bytes(fn: Callable[[int, int, int, int, int], float]) -> Verdict:
     """Check ``fn(n_layers, batch, seq_len, d_model, bytes_per_value)``: bytes of a full KV cache.
 
     Every layer stores keys and values, each ``(batch, n_heads, seq_len, d_head)`` with
     ``n_heads * d_head = d_model``: ``2 * n_layers * batch * seq_len * d_model * bytes_per_value``.
-    Prints ``Correct!`` and returns True when right; returns False while ``fn`` raises
+    Prints ``Correct!`` and returns a true ``Verdict`` when right; returns a false one while ``fn`` raises
     NotImplementedError; otherwise raises :class:`ExerciseFailed` naming the mistake: keys or values
     only, no layers, no batch, values instead of bytes, or bits.
     """

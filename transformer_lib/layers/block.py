@@ -112,7 +112,8 @@ class DecoderBlock(_Residual):
             d_model, n_heads, kind="causal", dropout=dropout, bias=bias, rope=rope, use_sdpa=use_sdpa
         )
         self.norm_2 = make_norm(norm, d_model, norm_eps, bias)
-        self.cross_attn = MultiHeadAttention(d_model, n_heads, kind="cross", dropout=dropout, bias=bias, use_sdpa=use_sdpa)
+        self.cross_attn = MultiHeadAttention(d_model, n_heads, kind="cross", dropout=dropout,
+                                             bias=bias, use_sdpa=use_sdpa)
         self.norm_3 = make_norm(norm, d_model, norm_eps, bias)
         self.ffn = make_ffn(ffn, d_model, d_ff, multiple_of=ffn_multiple_of, bias=bias)
         self.drop = nn.Dropout(dropout)

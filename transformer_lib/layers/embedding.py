@@ -19,7 +19,8 @@ class TokenEmbedding(nn.Module):
     """``weight[ids]`` with a clear error for ids outside the vocabulary. Defined in chapter 1."""
 
     def __init__(self, vocab_size: int, d_model: int, n_rows: int | None = None) -> None:
-        """``n_rows``: rows of the table, ``vocab_size`` by default; more pads it (chapter 11), ids stay below ``vocab_size``."""
+        """``n_rows``: rows of the table, ``vocab_size`` by default; more pads it (chapter 11),
+        ids stay below ``vocab_size``."""
         super().__init__()
         check_int("vocab_size", vocab_size, low=1)
         check_int("d_model", d_model, low=1)
@@ -29,6 +30,8 @@ class TokenEmbedding(nn.Module):
         self.weight = nn.Parameter(torch.randn(n_rows, d_model) * 0.02)
 
     def forward(self, ids: Tensor, name: str = "input_ids") -> Tensor:
-        """``(batch, seq)`` token ids -> ``(batch, seq, d_model)`` vectors. ``name`` is used in error messages."""
+        """``(batch, seq)`` token ids -> ``(batch, seq, d_model)`` vectors.
+
+        ``name`` is used in error messages."""
         check_token_ids(name, ids, self.vocab_size)
         return self.weight[ids]

@@ -65,7 +65,8 @@ class FeedForward(nn.Module):
     """Two-layer FFN applied to every position independently. Defined in chapter 3."""
 
     def __init__(
-        self, d_model: int, d_ff: int | None = None, *, activation: str = "gelu", dropout: float = 0.0, bias: bool = True
+        self, d_model: int, d_ff: int | None = None, *, activation: str = "gelu",
+        dropout: float = 0.0, bias: bool = True,
     ) -> None:
         super().__init__()
         check_int("d_model", d_model, low=1)

@@ -31,7 +31,8 @@ class LayerKVCache:
             self.k, self.v = k, v
         else:
             if k.shape[0] != self.k.shape[0]:
-                raise ValueError(f"batch size changed from {self.k.shape[0]} to {k.shape[0]} within one KVCache")
+                raise ValueError(f"batch size changed from {self.k.shape[0]} to {k.shape[0]} "
+                                 "within one KVCache")
             self.k = torch.cat([self.k, k], dim=-2)
             self.v = torch.cat([self.v, v], dim=-2)
         return self.k, self.v

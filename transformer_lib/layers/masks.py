@@ -34,7 +34,8 @@ def padding_mask(attention_mask: Tensor) -> Tensor:
     The padded *keys* are hidden from every query of every head.
     """
     if not isinstance(attention_mask, Tensor) or attention_mask.dim() != 2:
-        shape = tuple(attention_mask.shape) if isinstance(attention_mask, Tensor) else type(attention_mask).__name__
+        is_tensor = isinstance(attention_mask, Tensor)
+        shape = tuple(attention_mask.shape) if is_tensor else type(attention_mask).__name__
         raise ValueError(f"attention_mask must have shape (batch, seq), got {shape}")
     mask = check_padding_mask("attention_mask", attention_mask, tuple(attention_mask.shape))
     return mask[:, None, None, :]

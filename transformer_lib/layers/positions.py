@@ -111,7 +111,8 @@ class RotaryEmbedding(nn.Module):
             raise ValueError(f"RoPE rotates pairs of features, so head_dim must be even, got {head_dim}")
         self.head_dim, self.n_positions, self.base = head_dim, n_positions, base
         theta = base ** (-torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)  # (head_dim/2,)
-        angles = torch.outer(torch.arange(n_positions, dtype=torch.float64), theta)  # (n_positions, head_dim/2)
+        positions = torch.arange(n_positions, dtype=torch.float64)
+        angles = torch.outer(positions, theta)  # (n_positions, head_dim/2)
         self.register_buffer("cos", angles.cos().float(), persistent=False)
         self.register_buffer("sin", angles.sin().float(), persistent=False)
 

@@ -72,8 +72,9 @@ class MLMHead(nn.Module):
     def __init__(self, config: BERTConfig) -> None:
         super().__init__()
         self.activation = config.ffn if config.ffn in ACTIVATIONS else "gelu"
-        self.dense = nn.Linear(config.d_model, config.d_model, bias=config.bias) if config.mlm_transform else None
-        self.norm = make_norm(config.norm, config.d_model, config.norm_eps, config.bias) if config.mlm_transform else None
+        d, transform = config.d_model, config.mlm_transform
+        self.dense = nn.Linear(d, d, bias=config.bias) if transform else None
+        self.norm = make_norm(config.norm, d, config.norm_eps, config.bias) if transform else None
         self.decoder = nn.Linear(config.d_model, config.vocab_size, bias=config.bias)
 
     def forward(self, h: Tensor) -> Tensor:
@@ -124,11 +125,13 @@ class BERT(nn.Module):
                 token_type_ids = torch.zeros_like(input_ids)
             elif token_type_ids.shape != input_ids.shape:
                 raise ValueError(
-                    f"token_type_ids must have the shape of input_ids {tuple(input_ids.shape)}, got {tuple(token_type_ids.shape)}"
+                    f"token_type_ids must have the shape of input_ids {tuple(input_ids.shape)}, "
+                    f"got {tuple(token_type_ids.shape)}"
                 )
             x = x + self.token_type_embedding(token_type_ids, name="token_type_ids")
         elif token_type_ids is not None:
-            raise ValueError("token_type_ids given, but this BERT has no token-type embeddings (type_vocab_size=0)")
+            raise ValueError("token_type_ids given, but this BERT has no token-type embeddings "
+                             "(type_vocab_size=0)")
         x = self.drop(self.embedding_norm(x))
         mask = padding_mask(mask) if mask is not None else None
         for block in self.blocks:
@@ -150,7 +153,8 @@ class BERT(nn.Module):
                 raise TypeError(f"masked_positions must be a bool tensor, got dtype {masked_positions.dtype}")
             if masked_positions.shape != input_ids.shape:
                 raise ValueError(
-                    f"masked_positions must have the shape of input_ids {tuple(input_ids.shape)}, got {tuple(masked_positions.shape)}"
+                    f"masked_positions must have the shape of input_ids {tuple(input_ids.shape)}, "
+                    f"got {tuple(masked_positions.shape)}"
                 )
             h = h[masked_positions]  # (n_masked, d_model)
         return self.mlm_head(h)
@@ -165,7 +169,8 @@ class BERT(nn.Module):
         """Masked-LM loss. ``labels``: ``(batch, seq)``, the original token where the input was
         masked and ``IGNORE_INDEX`` (-100) elsewhere. Only masked positions reach the head."""
         if labels.shape != input_ids.shape:
-            raise ValueError(f"labels must have the shape of input_ids {tuple(input_ids.shape)}, got {tuple(labels.shape)}")
+            raise ValueError(f"labels must have the shape of input_ids {tuple(input_ids.shape)}, "
+                             f"got {tuple(labels.shape)}")
         masked = labels != IGNORE_INDEX
         logits = self(input_ids, attention_mask, token_type_ids, masked_positions=masked)
         return masked_lm_loss(logits, labels[masked])
@@ -203,7 +208,8 @@ def bert_from_hf(hf_model) -> BERT:
     """
     hf = hf_model.config
     if getattr(hf, "position_embedding_type", "absolute") != "absolute":
-        raise ValueError(f"only absolute position embeddings are supported, got {hf.position_embedding_type!r}")
+        raise ValueError("only absolute position embeddings are supported, "
+                         f"got {hf.position_embedding_type!r}")
     config = BERTConfig(
         vocab_size=hf.vocab_size,
         n_ctx=hf.max_position_embeddings,

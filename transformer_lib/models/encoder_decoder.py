@@ -45,7 +45,8 @@ class EncoderDecoderConfig(TransformerConfig):
     norm_position: str = "post"
     positional: str = "sinusoidal"
     dropout: float = 0.1
-    share_embeddings: bool | None = None  # one table for source and target; None: share if one vocabulary (as the paper)
+    # one table for source and target; None: share if one vocabulary (as the paper)
+    share_embeddings: bool | None = None
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -60,7 +61,8 @@ class EncoderDecoderConfig(TransformerConfig):
         check_bool("share_embeddings", self.share_embeddings)
         if self.share_embeddings and self.src_vocab_size != self.vocab_size:
             raise ValueError(
-                f"share_embeddings needs src_vocab_size == vocab_size, got {self.src_vocab_size} and {self.vocab_size}"
+                "share_embeddings needs src_vocab_size == vocab_size, "
+                f"got {self.src_vocab_size} and {self.vocab_size}"
             )
 
 
@@ -90,7 +92,8 @@ class EncoderDecoder(nn.Module):
             raise TypeError(f"config must be an EncoderDecoderConfig, got {type(config).__name__}")
         self.config = config
         final_norm = lambda: (  # noqa: E731
-            make_norm(config.norm, config.d_model, config.norm_eps, config.bias) if config.norm_position == "pre" else nn.Identity()
+            make_norm(config.norm, config.d_model, config.norm_eps, config.bias)
+            if config.norm_position == "pre" else nn.Identity()
         )
         self.src_embed = _Embed(config, config.src_vocab_size)
         self.encoder = nn.ModuleList(
@@ -101,7 +104,8 @@ class EncoderDecoder(nn.Module):
         shared = self.src_embed.token_embedding if config.share_embeddings else None
         self.tgt_embed = _Embed(config, config.vocab_size, shared)
         self.decoder = nn.ModuleList(
-            DecoderBlock(**config.block_kwargs(), rope=self.tgt_embed.rope) for _ in range(config.n_decoder_layers)
+            DecoderBlock(**config.block_kwargs(), rope=self.tgt_embed.rope)
+            for _ in range(config.n_decoder_layers)
         )
         self.decoder_norm = final_norm()
         self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
@@ -126,12 +130,14 @@ class EncoderDecoder(nn.Module):
         src_attention_mask: Tensor | None = None,
         tgt_attention_mask: Tensor | None = None,
     ) -> Tensor:
-        """``(batch, seq_tgt)`` target ids (shifted right, starting with BOS) + memory -> ``(batch, seq_tgt, vocab)`` logits."""
+        """``(batch, seq_tgt)`` target ids (shifted right, starting with BOS) + memory
+        -> ``(batch, seq_tgt, vocab)`` logits."""
         check_token_ids("tgt_ids", tgt_ids, n_ctx=self.config.n_ctx)
-        if not isinstance(memory, Tensor) or memory.dim() != 3 or memory.shape[0] != tgt_ids.shape[0] or memory.shape[-1] != self.config.d_model:
-            raise ValueError(
-                f"memory must have shape (batch={tgt_ids.shape[0]}, seq_src, d_model={self.config.d_model}), got {tuple(memory.shape)}"
-            )
+        batch, d_model = tgt_ids.shape[0], self.config.d_model
+        if (not isinstance(memory, Tensor) or memory.dim() != 3 or memory.shape[0] != batch
+                or memory.shape[-1] != d_model):
+            got = tuple(memory.shape) if isinstance(memory, Tensor) else type(memory).__name__
+            raise ValueError(f"memory must have shape (batch={batch}, seq_src, d_model={d_model}), got {got}")
         src_mask = check_padding_mask("src_attention_mask", src_attention_mask, tuple(memory.shape[:2]))
         tgt_mask = check_padding_mask("tgt_attention_mask", tgt_attention_mask, tuple(tgt_ids.shape))
         src_mask = padding_mask(src_mask) if src_mask is not None else None
@@ -148,9 +154,11 @@ class EncoderDecoder(nn.Module):
         src_attention_mask: Tensor | None = None,
         tgt_attention_mask: Tensor | None = None,
     ) -> Tensor:
-        """Teacher forcing: ``(batch, seq_src)``, ``(batch, seq_tgt)`` -> ``(batch, seq_tgt, vocab)`` logits."""
+        """Teacher forcing: ``(batch, seq_src)``, ``(batch, seq_tgt)``
+        -> ``(batch, seq_tgt, vocab)`` logits."""
         if src_ids.shape[0] != tgt_ids.shape[0]:
-            raise ValueError(f"src_ids and tgt_ids must have the same batch size, got {src_ids.shape[0]} and {tgt_ids.shape[0]}")
+            raise ValueError("src_ids and tgt_ids must have the same batch size, "
+                             f"got {src_ids.shape[0]} and {tgt_ids.shape[0]}")
         memory = self.encode(src_ids, src_attention_mask)
         return self.decode(tgt_ids, memory, src_attention_mask, tgt_attention_mask)
 

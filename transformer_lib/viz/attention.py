@@ -183,7 +183,7 @@ def attention_explorer(
         **{k: v for k, v in axes(first).items() if k != "title.text"},
         title=dict(text=f"{title}: {names[first]}", x=0.5, xanchor="center"),
         coloraxis=dict(colorscale=colorscale, cmin=0.0, cmax=top, colorbar=dict(title="weight")),
-        height=panel_height * rows + 150, margin=dict(t=110, b=50, l=60, r=20),
+        height=panel_height * rows + 150, margin=dict(t=110, b=50, l=60, r=90),
     )
     if len(names) > 1 and control == "dropdown":
         fig.update_layout(updatemenus=[dict(
@@ -272,7 +272,7 @@ def matrix_steps(
     fig.update_layout(
         title=dict(text=heading(names[0]), x=0.5, xanchor="center"), height=height,
         plot_bgcolor="#d9d9d9",  # masked (blank) cells show as grey
-        margin=dict(t=100, b=40, l=60, r=20),
+        margin=dict(t=100, b=40, l=60, r=90),
         sliders=[dict(active=0, steps=steps, currentvalue=dict(prefix="stage: "), pad=dict(t=40))],
     )
     fig.update_xaxes(type="category", categoryorder="array", categoryarray=mats[names[0]][1], side="top", showgrid=False)
@@ -325,6 +325,6 @@ def heatmap_grid(
     fig.update_layout(
         title=dict(text=title, x=0.5, xanchor="center"), height=panel_height * rows + 120,
         coloraxis=dict(colorscale=colorscale, cmin=zmin, cmax=zmax, colorbar=dict(title=value_name)),
-        margin=dict(t=90 if title else 60, b=40, l=60, r=20),
+        margin=dict(t=90 if title else 60, b=40, l=60, r=90),
     )
     return fig

@@ -100,7 +100,7 @@ def positional_waves_explorer(
     fig.add_shape(type="rect", xref="x2", yref="y2", x0=-0.5, x1=n_positions - 0.5, y0=-0.5, y1=1.5,
                   line=dict(color="gold", width=3))
     fig.update_layout(
-        height=640, margin=dict(t=110, b=40, l=60, r=20),
+        height=640, margin=dict(t=110, b=40, l=60, r=90),
         coloraxis=dict(colorscale="RdBu", cmin=-1, cmax=1, colorbar=dict(title="PE", len=0.55, y=0.3)),
         legend=dict(x=1.02, xanchor="left", y=1.0, yanchor="top"),  # beside the waves, above the colour bar
         sliders=[slider(d_model)],

@@ -25,12 +25,13 @@ from torch import nn
 
 from ..training import Callback, TrainState
 from . import BookRenderer, in_colab
+from .layout import tidy
 
 
 def figure_bundle(fig: go.Figure) -> dict:
     """The MIME bundle the current environment displays a figure with (see :mod:`transformer_lib.viz`)."""
     if in_colab():
-        return {"text/html": pio.to_html(fig, include_plotlyjs="cdn", full_html=False)}
+        return {"text/html": pio.to_html(tidy(fig.to_dict()), include_plotlyjs="cdn", full_html=False)}
     return BookRenderer().to_mimebundle(fig.to_dict())
 
 
