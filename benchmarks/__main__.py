@@ -101,7 +101,7 @@ def main(argv: list[str] | None = None) -> dict:
     if "convergence" not in args.skip:
         log("convergence")
         results["convergence"] = suite.convergence(opts)
-        # the yardstick on the same recipe, weights and batches: what the target means for plain PyTorch
+        # the yardstick on the same recipe, weights and batches: what the target means for nanoGPT's model.py
         results["convergence_plain"] = suite.convergence(opts, plain=True)
     if "gpu" not in args.skip:
         log("GPU")

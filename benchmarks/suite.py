@@ -1,7 +1,7 @@
 """The measurements of ``python -m benchmarks``: training throughput, convergence, generation, GPU.
 
 Every timing is the median of several timed runs after a warm-up (``transformer_lib.speed``);
-variants that are compared (written out vs fast path vs plain PyTorch, eager vs compiled) are
+variants that are compared (written out vs fast path vs nanoGPT's model.py, eager vs compiled) are
 timed in the same run, in turn, so that a change in the machine's load hits them alike.
 """
 
@@ -22,6 +22,7 @@ from transformer_lib.training import TrainStep, estimate_loss
 from .reference import from_library
 
 MiB = 2**20
+YARDSTICK = "nanoGPT"  # the name of benchmarks/reference.py's model in the results
 
 
 @dataclass(frozen=True)
@@ -38,20 +39,24 @@ class Setting:
     vocab_size: int = 65  # Tiny Shakespeare's characters
     vocab_multiple_of: int = 1
     bias: bool = False  # nanoGPT's train.py default: no biases in the linear layers and LayerNorms
+    # nanoGPT's MLP: nn.GELU(), the exact GELU (GPT-2's own is "gelu_tanh"); the same function in
+    # the library and the yardstick, so that the speed ratio compares code, not activations
+    ffn: str = "gelu"
     source: str = ""
 
     def gpt2_config(self, use_sdpa: bool) -> tl.GPT2Config:
         return tl.GPT2Config(vocab_size=self.vocab_size, n_ctx=self.n_ctx, d_model=self.d_model, n_layers=self.n_layers,
                              n_heads=self.n_heads, dropout=self.dropout, use_sdpa=use_sdpa,
-                             vocab_multiple_of=self.vocab_multiple_of, bias=self.bias)
+                             vocab_multiple_of=self.vocab_multiple_of, bias=self.bias, ffn=self.ffn)
 
     @property
     def tokens_per_step(self) -> int:
         return self.batch * self.n_ctx
 
     def describe(self) -> str:
+        gelu = {"gelu": "exact GELU", "gelu_tanh": "tanh GELU"}.get(self.ffn, self.ffn)
         return (f"{self.n_layers} layers, {self.n_heads} heads, d_model {self.d_model}, context {self.n_ctx}, "
-                f"batch {self.batch}, dropout {self.dropout}, {'with' if self.bias else 'no'} biases")
+                f"batch {self.batch}, dropout {self.dropout}, {'with' if self.bias else 'no'} biases, {gelu}")
 
 
 # nanoGPT's README, "baby GPT" on a CPU: --block_size=64 --batch_size=12 --n_layer=4 --n_head=4 --n_embd=128 --dropout=0.0
@@ -60,7 +65,7 @@ BABY = Setting("baby", 4, 4, 128, 64, 12, 0.0, source="nanoGPT README, CPU baby 
 SHAKESPEARE_CHAR = Setting("shakespeare_char", 6, 6, 384, 256, 64, 0.2, source="nanoGPT config/train_shakespeare_char.py")
 # GPT-2 small (124M) with nanoGPT's vocabulary padding 50257 -> 50304
 GPT2_SMALL = Setting("gpt2-124M", 12, 12, 768, 1024, 16, 0.0, vocab_size=50257, vocab_multiple_of=64, bias=True,
-                    source="GPT-2 small")
+                    ffn="gelu_tanh", source="GPT-2 small")
 
 
 @dataclass
@@ -112,8 +117,8 @@ def throughput(opts: Options) -> list[dict]:
 
     Three models with the same weights: the library written out (explicit attention, activation and
     norms, what the chapters read), the library on its fast path (``tl.fast_path``: fused attention,
-    activation and norm kernels), and a plain-PyTorch nanoGPT-style model (the yardstick); each
-    eager and, with ``opts.compile``, compiled (a copy with its own optimizer, compiled before the
+    activation and norm kernels), and the yardstick, nanoGPT's ``model.py`` (``benchmarks/reference.py``);
+    each eager and, with ``opts.compile``, compiled (a copy with its own optimizer, compiled before the
     timing starts). All variants of a setting are timed in turn in one run, so every ratio compares
     figures measured side by side.
     """
@@ -123,7 +128,7 @@ def throughput(opts: Options) -> list[dict]:
         explicit = tl.GPT2(setting.gpt2_config(use_sdpa=False)).to(opts.device).train()
         models = {"explicit": explicit, "fast": copy.deepcopy(explicit)}
         if setting.vocab_multiple_of == 1:
-            models["plain PyTorch"] = from_library(explicit).to(opts.device).train()
+            models[YARDSTICK] = from_library(explicit).to(opts.device).train()
         variants = {(name, False): m for name, m in models.items()}
         if opts.compile:
             variants.update({(name, True): copy.deepcopy(m) for name, m in models.items()})
@@ -135,7 +140,8 @@ def throughput(opts: Options) -> list[dict]:
                 ids = _random_batches(setting, opts.device, 99)()[0][:2]
                 ref = explicit.eval()(ids)
                 for (name, _), m in variants.items():
-                    err = (m.eval()(ids).float() - ref.float()).abs().max().item()
+                    logits = m.eval().full_logits(ids) if name == YARDSTICK else m.eval()(ids)
+                    err = (logits.float() - ref.float()).abs().max().item()
                     if err > 1e-3:
                         raise AssertionError(f"{setting.name}: {name} logits differ from the explicit path's by {err:.2e}")
                     m.train()
@@ -239,8 +245,8 @@ def convergence(opts: Options, setting: Setting = BABY, steps: int | None = None
     lr 1e-3 with 100 warm-up steps, cosine to 1e-4 at the last step, AdamW betas (0.9, 0.99),
     weight decay 0.1, clipping at 1, batches of ``setting.batch`` windows of ``setting.n_ctx``.
     The final loss is estimated twice: on ``eval_steps`` batches as nanoGPT does (``eval_iters``)
-    and on 200 batches, a steadier estimate. ``plain``: train the nanoGPT-style yardstick
-    (``benchmarks/reference.py``) instead, from the same initial weights on the same batches.
+    and on 200 batches, a steadier estimate. ``plain``: train the yardstick, nanoGPT's ``model.py``
+    (``benchmarks/reference.py``), instead, from the same initial weights on the same batches.
     """
     steps = steps or opts.convergence_steps
     target = opts.convergence_target if target is None else target
@@ -255,7 +261,7 @@ def convergence(opts: Options, setting: Setting = BABY, steps: int | None = None
     stop = _StopAt(target if stop_at_target else None)
     train_batches = tl.BatchSampler(train_ids, setting.batch, setting.n_ctx, seed=0)
     val_batches = tl.BatchSampler(val_ids, setting.batch, setting.n_ctx, seed=1)
-    opts.log(f"  {setting.name}{' (plain PyTorch)' if plain else ''}: {steps} steps of {setting.batch} x {setting.n_ctx} tokens ...")
+    opts.log(f"  {setting.name}{f' ({YARDSTICK})' if plain else ''}: {steps} steps of {setting.batch} x {setting.n_ctx} tokens ...")
     start = time.perf_counter()
     try:
         state = tl.train(model, train_batches, val_batches, config, callbacks=[stop])
@@ -267,7 +273,7 @@ def convergence(opts: Options, setting: Setting = BABY, steps: int | None = None
     steady = estimate_loss(model, tl.BatchSampler(val_ids, setting.batch, setting.n_ctx, seed=2), 200,
                            device=opts.device, dtype=tl.training.mixed_precision_dtype(opts.device))
     result = {
-        "setting": setting.name, "model": "plain PyTorch" if plain else "library", "steps": steps, "warmup_steps": warmup, "seconds": seconds, "target": target,
+        "setting": setting.name, "model": YARDSTICK if plain else "library", "steps": steps, "warmup_steps": warmup, "seconds": seconds, "target": target,
         "val_loss": history[-1]["val_loss"] if history else stop.reached["val_loss"],
         "val_loss_200_batches": steady, "eval_steps": eval_steps,
         "history": [{k: h[k] for k in ("step", "train_loss", "val_loss", "elapsed")} for h in (history or [])],

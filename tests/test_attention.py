@@ -258,3 +258,38 @@ def test_fused_attention_gives_the_same_gradients(overrides):
     close(losses[1], losses[0])
     for (name, a), b in zip(explicit.named_parameters(), fast.parameters()):
         torch.testing.assert_close(b.grad, a.grad, atol=1e-6, rtol=1e-4, msg=f"gradient of {name}")
+
+
+def test_cpu_attention_dropout_keeps_each_weight_with_probability_1_minus_p():
+    """The fast path's attention dropout on a CPU: kept weights scaled by 1 / (1 - p), unbiased."""
+    from transformer_lib.layers.attention import causal_attention_with_dropout
+
+    torch.manual_seed(0)
+    T, p = 8, 0.25
+    q, k = torch.randn(2, 3, T, 4), torch.randn(2, 3, T, 4)
+    v = torch.eye(T).expand(2, 3, T, T)  # each output row is that query's weights, after dropout
+    weights = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    draws = torch.stack([causal_attention_with_dropout(q, k, v, p) for _ in range(1000)])
+    visible = (weights > 0).expand_as(draws)
+    kept = draws[visible] != 0
+    assert abs(kept.float().mean().item() - (1 - p)) < 0.005
+    close(draws[visible][kept], (weights / (1 - p)).expand_as(draws)[visible][kept])
+    assert (draws[~visible] == 0).all()  # the future stays hidden
+    close(draws.mean(0), weights, atol=1e-3, rtol=0.08)  # 4 standard errors of the mean of 1000 draws
+    torch.testing.assert_close(causal_attention_with_dropout(q, k, v, 1e-9), weights, atol=1e-6, rtol=1e-5)
+
+
+def test_fast_path_uses_the_cpu_attention_dropout_while_training(monkeypatch):
+    import transformer_lib.layers.attention as attention
+
+    calls = []
+    real = attention.causal_attention_with_dropout
+    monkeypatch.setattr(attention, "causal_attention_with_dropout", lambda *a: calls.append(a[-1]) or real(*a))
+    model = tl.GPT2(tl.GPT2Config(vocab_size=50, n_ctx=16, d_model=32, n_layers=2, n_heads=4, dropout=0.2))
+    ids = torch.randint(0, 50, (3, 16))
+    with tl.fast_path(model):
+        model.eval()(ids)
+        assert calls == []  # no dropout in eval mode: the fused kernel
+        model.train().loss(ids[:, :-1], ids[:, 1:]).backward()
+    assert calls == [0.2, 0.2]
+    assert all(p.grad is not None for n, p in model.named_parameters() if ".attn.W_" in n)

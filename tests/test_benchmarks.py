@@ -27,7 +27,7 @@ def test_quick_run_prints_the_tables_and_writes_the_results(tmp_path):
     assert results["machine"]["torch_threads"] == 1 and len(results["load_before"]) == 3
     rows = results["throughput"]
     assert {(r["setting"], r["attention"]) for r in rows} == {
-        (s, a) for s in ("baby", "tiny") for a in ("explicit", "fast", "plain PyTorch")}
+        (s, a) for s in ("baby", "tiny") for a in ("explicit", "fast", "nanoGPT")}
     for r in rows:
         assert r["tokens_per_s"] > 0 and len(r["runs_ms"]) == 3 and r["peak_memory_mib"] > 0
         if r["attention"] == "explicit":
@@ -37,9 +37,9 @@ def test_quick_run_prints_the_tables_and_writes_the_results(tmp_path):
     lib, plain = results["convergence"], results["convergence_plain"]
     assert lib["steps"] == 30 and lib["val_loss"] < 4.2  # ln 65: it learned
     # the yardstick from the same weights on the same batches: the same run, up to float rounding
-    assert (lib["model"], plain["model"]) == ("library", "plain PyTorch")
+    assert (lib["model"], plain["model"]) == ("library", "nanoGPT")
     assert abs(lib["val_loss_200_batches"] - plain["val_loss_200_batches"]) < 2e-3
-    assert "| library | 30 |" in run.stdout and "| plain PyTorch | 30 |" in run.stdout
+    assert "| library | 30 |" in run.stdout and "| nanoGPT | 30 |" in run.stdout
     if device == "cpu":
         assert results["gpu"] == {"skipped": "skipped: no CUDA device (the GPU section needs one)"}
         assert "Skipped: no CUDA device" in run.stdout
@@ -50,15 +50,54 @@ def test_bad_arguments_are_named():
     assert run.returncode == 2 and "--repeats must be >= 1, got 0" in run.stderr
 
 
-def test_plain_reference_computes_what_the_library_computes():
+@pytest.mark.parametrize("ffn", ["gelu", "gelu_tanh"])
+def test_plain_reference_computes_what_the_library_computes(ffn):
     torch.manual_seed(0)
-    model = tl.GPT2(tl.GPT2Config(vocab_size=65, n_ctx=32, d_model=64, n_layers=2, n_heads=4)).eval()
+    model = tl.GPT2(tl.GPT2Config(vocab_size=65, n_ctx=32, d_model=64, n_layers=2, n_heads=4, ffn=ffn)).eval()
     plain = from_library(model).eval()
     ids = torch.randint(0, 65, (2, 32))
-    torch.testing.assert_close(plain(ids), model(ids), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(plain.full_logits(ids), model(ids), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(plain(ids)[0], model(ids)[:, -1:], atol=1e-5, rtol=1e-5)  # nanoGPT's inference shortcut
     torch.testing.assert_close(plain.loss(ids[:, :-1], ids[:, 1:]), model.loss(ids[:, :-1], ids[:, 1:]))
     with pytest.raises(ValueError, match="copies GPT-2-style models only"):
         from_library(tl.GPT2(tl.GPT2Config(vocab_size=65, n_ctx=32, d_model=64, n_layers=1, n_heads=4, norm="rmsnorm")))
+
+
+def test_the_yardstick_is_nanogpts_code_path(monkeypatch):
+    """What nanoGPT's model.py runs: one c_attn product, is_causal SDPA, exact GELU, no value read back."""
+    from torch import nn
+    from torch.profiler import ProfilerActivity, profile
+
+    from benchmarks import reference
+
+    torch.manual_seed(0)
+    config = tl.GPT2Config(vocab_size=65, n_ctx=32, d_model=64, n_layers=2, n_heads=4, ffn="gelu", bias=False)
+    plain = from_library(tl.GPT2(config)).train()
+    assert plain.lm_head.weight is plain.transformer.wte.weight  # tied: one tensor
+    for block in plain.transformer.h:
+        assert [n for n, m in block.attn.named_children() if isinstance(m, nn.Linear)] == ["c_attn", "c_proj"]
+        assert block.attn.c_attn.weight.shape == (3 * 64, 64)  # Q, K and V from one matrix product
+        assert type(block.mlp.gelu) is nn.GELU and block.mlp.gelu.approximate == "none"  # nanoGPT's nn.GELU()
+        assert type(block.ln_1) is reference.LayerNorm and block.ln_1.bias is None
+    calls = []
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+
+    def recording_sdpa(*args, **kwargs):
+        calls.append(kwargs)
+        return sdpa(*args, **kwargs)
+
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", recording_sdpa)
+    ids = torch.randint(0, 65, (2, 33))
+    x, y = ids[:, :-1], ids[:, 1:].clone()
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        loss = plain.loss(x, y)
+        loss.backward()
+    assert [(c["is_causal"], c["attn_mask"], c["dropout_p"]) for c in calls] == [(True, None, 0.0)] * 2
+    assert not [e for e in prof.events() if e.name in ("aten::item", "aten::aminmax", "aten::_local_scalar_dense")]
+    y[:, :5] = -1  # nanoGPT's ignore_index
+    logits = plain.full_logits(x)
+    expected = torch.nn.functional.cross_entropy(logits[:, 5:].reshape(-1, 65), y[:, 5:].reshape(-1))
+    torch.testing.assert_close(plain.loss(x, y), expected)
 
 
 def test_report_says_when_the_machine_was_busy():

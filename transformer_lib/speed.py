@@ -56,9 +56,11 @@ def fast_path(model: nn.Module, attention: bool = True, kernels: bool = True) ->
     """Run ``model`` on PyTorch's fused kernels; ``fast_path(model, False, False)``: all written out.
 
     ``attention``: every :class:`MultiHeadAttention` uses ``F.scaled_dot_product_attention``
-    (``use_sdpa``), which never forms the attention weights. ``kernels``: FFN activations and
-    norms use one-kernel ``F.gelu``, ``F.silu``, ``F.layer_norm``, ``F.rms_norm`` instead of
-    the formulas the chapters write out, each of whose steps reads and writes the whole tensor.
+    (``use_sdpa``), which never forms the attention weights; self-attention computes
+    Q, K and V in one matrix product (nanoGPT's ``c_attn``). ``kernels``: FFN
+    activations and norms use one-kernel ``F.gelu``, ``F.silu``, ``F.layer_norm``,
+    ``F.rms_norm`` instead of the formulas the chapters write out, each of whose steps
+    reads and writes the whole tensor.
     The results are the same to float precision (tested). :func:`~transformer_lib.capture_attention`
     still sees the weights inside. Each module's own setting comes back on exit::
 

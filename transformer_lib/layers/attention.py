@@ -86,6 +86,26 @@ def scaled_dot_product_attention(
     return dropped @ v, weights
 
 
+def causal_attention_with_dropout(q: Tensor, k: Tensor, v: Tensor, p: float) -> Tensor:
+    """Causal attention with dropout ``p``: the fast path's on a CPU (chapter 11).
+
+    The function of ``F.scaled_dot_product_attention(q, k, v, dropout_p=p,
+    is_causal=True)``. PyTorch's fused CPU kernel has no dropout, so that call falls
+    back to a composite that draws the mask with a double-precision Bernoulli sampler,
+    about 2.5x the time of ``torch.rand``, for each of the ``batch x heads x seq x seq``
+    weights. Here a weight is kept where ``rand >= p`` (probability ``1 - p``, as in
+    ``F.dropout``), and the scores are scaled and masked in place, the mask added as
+    0 or -inf (the backward pass of an addition is free).
+    """
+    T, d_k = q.shape[-2], q.shape[-1]
+    scores = (q @ k.transpose(-2, -1)).mul_(1 / math.sqrt(d_k))  # (..., seq, seq)
+    hide = torch.zeros(T, T, dtype=scores.dtype, device=q.device)
+    scores.add_(hide.masked_fill_(~causal_mask(T, T, q.device), -math.inf))
+    weights = scores.softmax(dim=-1)
+    keep = torch.rand_like(weights).ge_(p).div_(1 - p)  # 0 or 1 / (1 - p)
+    return (weights * keep) @ v
+
+
 class MultiHeadAttention(nn.Module):
     """Multi-head attention: ``n_heads`` attentions of width ``d_head = d_model / n_heads`` in parallel.
 
@@ -179,6 +199,8 @@ class MultiHeadAttention(nn.Module):
         seq_q = x.shape[1]
         seq_k = offset + seq_q if context is None else context.shape[1]
         check_attn_mask(mask, (x.shape[0], self.n_heads, seq_q, seq_k))  # before the cache is touched
+        if self.use_sdpa and context is None and kv_cache is None and not self._capture:
+            return self._fused_self_attention(x, mask)  # chapter 11: fewer steps
 
         source = x if context is None else context
         # (batch, seq, n_heads * d_head) -> (batch, n_heads, seq, d_head)
@@ -205,6 +227,37 @@ class MultiHeadAttention(nn.Module):
                 store, name = self._capture
                 store[name] = weights.detach()
         return self.W_O(rearrange(out, "b h s d -> b s (h d)"))
+
+    def _fused_self_attention(self, x: Tensor, mask: Tensor | None) -> Tensor:
+        """Self-attention on the fast path (chapter 11): ``forward``'s function.
+
+        Q, K and V come from one matrix product, ``W_Q``, ``W_K``, ``W_V`` stacked (as
+        nanoGPT's ``c_attn``): one product three times as wide keeps the arithmetic
+        units busier than three, and its backward has no three input gradients to add.
+        The heads are split and merged by reshaping, and the fused kernel attends.
+        """
+        B, T, _ = x.shape
+        Q, K, V = self.W_Q, self.W_K, self.W_V
+        weight = torch.cat([Q.weight, K.weight, V.weight])  # (3 d_model, d_model)
+        bias = None if Q.bias is None else torch.cat([Q.bias, K.bias, V.bias])
+        # (batch, seq, 3 d_model) -> three (batch, n_heads, seq, d_head) views; in the
+        # backward pass one copy joins their gradients (a permute of all three: two)
+        q, k, v = (t.view(B, T, self.n_heads, self.d_head).transpose(1, 2)
+                   for t in F.linear(x, weight, bias).split(self.d_model, dim=-1))
+        if self.rope is not None:
+            q, k = self.rope(q), self.rope(k)
+        dropout_p = self.dropout if self.training else 0.0
+        causal = self.kind == "causal"
+        if mask is None and causal and dropout_p > 0 and x.device.type == "cpu":
+            out = causal_attention_with_dropout(q, k, v, dropout_p)
+        elif mask is None:
+            out = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p,
+                                                 is_causal=causal)
+        else:
+            full = combine_masks(mask, causal_mask(T, T, x.device) if causal else None)
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=full,
+                                                 dropout_p=dropout_p)
+        return self.W_O(out.transpose(1, 2).reshape(B, T, self.d_model))
 
 
 @contextmanager
