@@ -173,7 +173,8 @@ var tfs = {
   // wider than the window.
   clipped: () => {
     const out = [];
-    for (const pre of document.querySelectorAll("article div.highlight pre"))
+    // printed output may scroll (columns) or wraps; a diagram (.tfs-columns) scrolls; code wraps
+    for (const pre of tfs.codeBlocks().filter((p) => !p.closest(".tfs-columns")))
       if (pre.scrollWidth - pre.clientWidth > 1) out.push({ kind: "code", where: tfs.where(pre) });
     for (const eq of document.querySelectorAll('article mjx-container[display="true"]')) {
       const math = eq.querySelector("mjx-math") || eq;

@@ -147,3 +147,19 @@ def test_heatmap_grid_panels():
     assert fig.data[0].z[0] == [1.0, 0.0, 0.0]
     with pytest.raises(ValueError, match="but 2 row and 3 column labels"):
         heatmap_grid({"a": m}, list("xy"), list("xyz"))
+
+
+def test_one_panel_explorer_picks_layer_and_head_together():
+    """panels="one": a single large panel; each control step shows exactly one (layer, head) map."""
+    maps = {"a": torch.rand(1, 2, 5, 5).softmax(-1), "b": torch.rand(1, 3, 5, 5).softmax(-1)}
+    fig = attention_explorer(maps, list("hello"), panels="one", layer="b")
+    buttons = fig.layout.updatemenus[0].buttons
+    assert [b.label for b in buttons] == ["a, head 0", "a, head 1", "b, head 0", "b, head 1", "b, head 2"]
+    assert fig.layout.updatemenus[0].active == 2 and fig.layout.title.text.endswith("b, head 0")
+    for k, button in enumerate(buttons):
+        assert button.args[0]["visible"] == [j == k for j in range(5)]
+        assert torch.allclose(torch.tensor(fig.data[k].z), maps[button.label[0]][0, int(button.label[-1])],
+                              atol=1e-3)
+    assert not fig.layout.annotations  # no "head 0" subplot title over a panel that shows any head
+    with pytest.raises(ValueError, match="panels"):
+        attention_explorer(maps, list("hello"), panels="grid")

@@ -61,3 +61,12 @@ def test_the_book_renderer_tidies_and_hides_the_toolbar():
     assert bundle["application/vnd.plotly.v1+json"]["layout"]["updatemenus"][0]["buttons"][0]["args"] == [
         {"title.text": "new"}]
     assert fig.layout.updatemenus[0].buttons[0].args == ({"title": "new"},)  # the figure itself is untouched
+
+
+def test_a_subtitle_line_is_set_at_a_readable_size():
+    """``<br><sup>...</sup>`` (a subtitle) becomes 12-px lines; a superscript inside a line stays."""
+    text = wrap("Title<br><sup>" + "word " * 30 + "</sup>")
+    lines = text.split("<br>")
+    assert lines[0] == "Title" and len(lines) == 3
+    assert all(line.startswith("<span style='font-size:12px'>") and line.endswith("</span>") for line in lines[1:])
+    assert wrap("x = 10<sup>4</sup>") == "x = 10<sup>4</sup>"

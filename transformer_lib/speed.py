@@ -70,7 +70,8 @@ def fast_path(model: nn.Module, attention: bool = True, kernels: bool = True) ->
     check_bool("attention", attention)
     check_bool("kernels", kernels)
     switches = [(m, "use_sdpa", attention) for m in model.modules() if isinstance(m, MultiHeadAttention)]
-    switches += [(m, "fused", kernels) for m in model.modules() if isinstance(m, (FeedForward, GatedFeedForward, LayerNorm, RMSNorm))]
+    fusable = (FeedForward, GatedFeedForward, LayerNorm, RMSNorm)
+    switches += [(m, "fused", kernels) for m in model.modules() if isinstance(m, fusable)]
     previous = [getattr(m, name) for m, name, _ in switches]
     for m, name, value in switches:
         setattr(m, name, value)
@@ -112,20 +113,24 @@ def flops_per_token(n_params: int, n_layers: int, n_heads: int, d_head: int, seq
     and twice that backward (4N); attention's ``Q K^T`` and ``weights @ V`` add ``2 x 2 T d_head``
     per head and layer forward, times 3 with the backward pass.
     """
-    for name, value in (("n_params", n_params), ("n_layers", n_layers), ("n_heads", n_heads), ("d_head", d_head), ("seq_len", seq_len)):
+    sizes = {"n_params": n_params, "n_layers": n_layers, "n_heads": n_heads, "d_head": d_head,
+             "seq_len": seq_len}
+    for name, value in sizes.items():
         check_int(name, value, low=0)
     return 6 * n_params + 12 * n_layers * n_heads * d_head * seq_len
 
 
 def matmul_parameters(model: nn.Module) -> int:
-    """Parameters that multiply activations: all but lookup tables (position embeddings, an untied token embedding).
+    """Parameters that multiply activations: all but lookup tables (position embeddings, an
+    untied token embedding).
 
     A token embedding tied to the output head counts once: as the head, it is a matrix product.
     """
     linear_weights = {id(m.weight) for m in model.modules() if isinstance(m, nn.Linear)}
     lookups = tuple(
         m for m in model.modules()
-        if isinstance(m, (TokenEmbedding, LearnedPositionalEmbedding, nn.Embedding)) and id(m.weight) not in linear_weights
+        if isinstance(m, (TokenEmbedding, LearnedPositionalEmbedding, nn.Embedding))
+        and id(m.weight) not in linear_weights
     )
     return count_parameters(model, exclude=lookups)
 
@@ -158,9 +163,11 @@ def synchronize(device: torch.device | str | None) -> None:
 
 
 def time_calls(
-    fn: Callable[[], Any], *, warmup: int = 2, repeats: int = 5, number: int = 1, device: torch.device | str | None = None
+    fn: Callable[[], Any], *, warmup: int = 2, repeats: int = 5, number: int = 1,
+    device: torch.device | str | None = None,
 ) -> list[float]:
-    """Seconds per call of ``fn()``: ``warmup`` untimed calls, then ``repeats`` timings of ``number`` calls each.
+    """Seconds per call of ``fn()``: ``warmup`` untimed calls, then ``repeats`` timings of
+    ``number`` calls each.
 
     Take the median of the result: on a shared machine single timings jump when another program
     runs, and the median ignores the outliers. The first calls are slow (memory allocation, lazy
@@ -249,7 +256,8 @@ def _quiet_profiler() -> None:
 
 
 def profile_step(
-    step: Callable[[], Any], model: nn.Module, *, steps: int = 3, warmup: int = 1, device: torch.device | str | None = None
+    step: Callable[[], Any], model: nn.Module, *, steps: int = 3, warmup: int = 1,
+    device: torch.device | str | None = None,
 ) -> dict[str, float]:
     """Seconds per call of ``step()`` (a whole training step) spent in each part of ``model``.
 
@@ -298,7 +306,8 @@ def profile_step(
     use_device_time = device.type == "cuda"
 
     def tagged(event) -> str | None:
-        """The innermost module part around ``event`` (in forward), or None; attention's softmax on its own."""
+        """The innermost module part around ``event`` (in forward), or None; attention's softmax
+        on its own."""
         name = event.name
         while event is not None:
             if event.name.startswith(_TAG):
@@ -329,7 +338,8 @@ def profile_step(
             return forward_part.get(bw.sequence_nr, "other")  # the backward of a forward operation
         if enclosing(e, "Optimizer.") is not None:
             return "optimizer"
-        if any(op in e.name for op in _LOSS_OPS) or (e.cpu_parent is not None and any(op in e.cpu_parent.name for op in _LOSS_OPS)):
+        parent = e.cpu_parent.name if e.cpu_parent is not None else ""
+        if any(op in e.name or op in parent for op in _LOSS_OPS):
             return "loss"
         return "other"
 

@@ -44,7 +44,8 @@ def auto_device() -> torch.device:
 
 
 def lr_at(step: int, lr: float, min_lr: float, warmup_steps: int, max_steps: int) -> float:
-    """Linear warm-up from ~0 to ``lr`` over ``warmup_steps``, then cosine decay to ``min_lr`` at ``max_steps``."""
+    """Linear warm-up from ~0 to ``lr`` over ``warmup_steps``, then cosine decay to ``min_lr``
+    at ``max_steps``."""
     if step < warmup_steps:
         return lr * (step + 1) / warmup_steps
     if step >= max_steps:
@@ -210,12 +211,14 @@ class TrainStep:
     the CPU wait for the GPU at every step. Chapter 11 times and profiles it.
     """
 
-    def __init__(self, model: nn.Module, config: TrainConfig, loss_fn: Callable[[nn.Module, Batch], Tensor] = default_loss) -> None:
+    def __init__(self, model: nn.Module, config: TrainConfig,
+                 loss_fn: Callable[[nn.Module, Batch], Tensor] = default_loss) -> None:
         self.model, self.config = model, config
         self.device = next(model.parameters()).device
         self.dtype, use_scaler = autocast_settings(self.device, config.mixed_precision)
         self.scaler = torch.amp.GradScaler("cuda", enabled=use_scaler)
-        self.optimizer = make_optimizer(model, config.lr, config.weight_decay, config.betas, fused=config.fused_optimizer)
+        self.optimizer = make_optimizer(model, config.lr, config.weight_decay, config.betas,
+                                        fused=config.fused_optimizer)
         # compile the loss, not the model: model.loss(...) calls the module itself, which
         # torch.compile(model) would leave uncompiled
         self.loss_fn = torch.compile(loss_fn) if config.compile else loss_fn
@@ -244,7 +247,8 @@ def train(
     loss_fn: Callable[[nn.Module, Batch], Tensor] = default_loss,
     callbacks: list[Callback] = (),
 ) -> TrainState:
-    """Train ``model`` in place and return the final :class:`TrainState` (its ``history`` has every evaluation).
+    """Train ``model`` in place and return the final :class:`TrainState` (its ``history`` has
+    every evaluation).
 
     Args:
         train_batches, val_batches: functions returning a fresh batch, e.g. a :class:`BatchSampler`.
@@ -257,7 +261,8 @@ def train(
     model.to(device).train()
     step_fn = TrainStep(model, config, loss_fn)  # forward, backward, clipping, AdamW
     # fast_path: fused kernels while training; each module's own setting comes back afterwards
-    kernels = nullcontext() if config.fast_path is None else fast_path(model, config.fast_path, config.fast_path)
+    kernels = (nullcontext() if config.fast_path is None
+               else fast_path(model, config.fast_path, config.fast_path))
 
     state = TrainState(max_steps=config.max_steps)
     start = time.perf_counter()
@@ -271,15 +276,19 @@ def train(
 
     def evaluate(step: int) -> None:
         state.step = step
-        state.train_loss = estimate_loss(model, train_batches, config.eval_steps, loss_fn, device, step_fn.dtype)
+        state.train_loss = estimate_loss(model, train_batches, config.eval_steps, loss_fn, device,
+                                         step_fn.dtype)
         if val_batches is not None:
-            state.val_loss = estimate_loss(model, val_batches, config.eval_steps, loss_fn, device, step_fn.dtype)
+            state.val_loss = estimate_loss(model, val_batches, config.eval_steps, loss_fn, device,
+                                           step_fn.dtype)
         state.elapsed = time.perf_counter() - start
         state.history.append(
-            {"step": step, "lr": state.lr, "train_loss": state.train_loss, "val_loss": state.val_loss, "elapsed": state.elapsed}
+            {"step": step, "lr": state.lr, "train_loss": state.train_loss, "val_loss": state.val_loss,
+             "elapsed": state.elapsed}
         )
         if bar is not None:
-            bar.set_postfix(train=f"{state.train_loss:.3f}", val="-" if state.val_loss is None else f"{state.val_loss:.3f}")
+            val = "-" if state.val_loss is None else f"{state.val_loss:.3f}"
+            bar.set_postfix(train=f"{state.train_loss:.3f}", val=val)
         for cb in callbacks:
             cb.on_eval(state, model)
 

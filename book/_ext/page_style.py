@@ -8,7 +8,10 @@ lets a wide equation scroll inside its own box. tests/test_browser.py checks the
 1280 px (tests/test_book.py).
 """
 
+import re
 from pathlib import Path
+
+from docutils import nodes
 
 CODE_COLUMNS = 110  # the longest code line that the 1280-px column shows whole (13-px monospace)
 
@@ -18,6 +21,22 @@ def _add_static(app):
     app.add_css_file("book.css")
 
 
+# printed columns: a run of two spaces between words, or box-drawing characters
+_COLUMNS = re.compile(r"\S  +\S|[─│┌┐└┘├┤┬┴┼]")
+
+
+def _mark_columns(app, doctree, docname):
+    """Text laid out in columns or drawn (printed tables, diagrams in the prose) keeps its lines on
+    a phone and scrolls sideways instead; other printed output and code wrap (book.css)."""
+    for block in doctree.findall(nodes.literal_block):
+        lines = block.astext().splitlines()
+        output = "output" in block["classes"]
+        drawing = block.get("language") in (None, "", "text", "none", "default") and not output
+        if (output or drawing) and sum(bool(_COLUMNS.search(line)) for line in lines) >= (2 if output else 1):
+            block["classes"].append("tfs-columns")
+
+
 def setup(app):
     app.connect("builder-inited", _add_static)
+    app.connect("doctree-resolved", _mark_columns)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

@@ -75,7 +75,8 @@ class Verdict:
 
 
 def pending(name: str) -> Verdict:
-    print(f"Not implemented yet: write `{name}` above (replace `raise NotImplementedError`), then run this cell again.")
+    print(f"Not implemented yet: write {name} above (replace its raise NotImplementedError), "
+          "then run this cell again.")
     return Verdict(False)
 
 

@@ -68,11 +68,14 @@ def scaled_dot_product_attention(
         as in ``F.scaled_dot_product_attention``, instead of NaN.
     """
     if q.dim() < 2 or k.dim() < 2 or v.dim() < 2:
-        raise ValueError(f"q, k, v must be (..., seq, d); got shapes {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")
+        raise ValueError(f"q, k, v must be (..., seq, d); got shapes {tuple(q.shape)}, "
+                         f"{tuple(k.shape)}, {tuple(v.shape)}")
     if q.shape[-1] != k.shape[-1]:
-        raise ValueError(f"q and k must have the same last dimension d_k, got {q.shape[-1]} and {k.shape[-1]}")
+        raise ValueError("q and k must have the same last dimension d_k, "
+                         f"got {q.shape[-1]} and {k.shape[-1]}")
     if k.shape[-2] != v.shape[-2]:
-        raise ValueError(f"k and v must have the same number of positions, got {k.shape[-2]} and {v.shape[-2]}")
+        raise ValueError("k and v must have the same number of positions, "
+                         f"got {k.shape[-2]} and {v.shape[-2]}")
     check_attn_mask(mask, (*torch.broadcast_shapes(q.shape[:-2], k.shape[:-2]), q.shape[-2], k.shape[-2]))
     d_k = q.shape[-1]
     scores = q @ k.transpose(-2, -1) / math.sqrt(d_k)  # (..., seq_q, seq_k)
@@ -142,11 +145,13 @@ class MultiHeadAttention(nn.Module):
         if d_context is not None and kind != "cross":
             raise ValueError(f"d_context is only used by kind='cross', got kind={kind!r}")
         if rope is not None and kind == "cross":
-            raise ValueError("rope is not applied in cross-attention: queries and keys come from different sequences")
+            raise ValueError("rope is not applied in cross-attention: "
+                             "queries and keys come from different sequences")
         d_context = d_model if d_context is None else d_context
         check_int("d_context", d_context, low=1)
         if rope is not None and rope.head_dim != d_model // n_heads:
-            raise ValueError(f"rope.head_dim ({rope.head_dim}) must equal d_model / n_heads ({d_model // n_heads})")
+            raise ValueError(f"rope.head_dim ({rope.head_dim}) must equal "
+                             f"d_model / n_heads ({d_model // n_heads})")
         self.d_model, self.n_heads, self.d_head = d_model, n_heads, d_model // n_heads
         self.kind, self.dropout, self.use_sdpa = kind, dropout, use_sdpa
         self.W_Q = nn.Linear(d_model, d_model, bias=bias)
@@ -178,13 +183,15 @@ class MultiHeadAttention(nn.Module):
             shape = tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__
             raise ValueError(f"x must have shape (batch, seq, d_model={self.d_model}), got {shape}")
         if not x.is_floating_point():
-            raise TypeError(f"x must be a floating-point tensor of vectors, got dtype {x.dtype} (embed token ids first)")
+            raise TypeError("x must be a floating-point tensor of vectors, "
+                            f"got dtype {x.dtype} (embed token ids first)")
         if self.kind == "cross":
             if context is None:
                 raise ValueError("cross-attention needs a context: pass context=(batch, seq_k, d_context)")
             if not isinstance(context, Tensor):
                 raise TypeError(f"context must be a torch.Tensor, got {type(context).__name__}")
-            if context.dim() != 3 or context.shape[0] != x.shape[0] or context.shape[-1] != self.W_K.in_features:
+            d_context = self.W_K.in_features
+            if context.dim() != 3 or context.shape[0] != x.shape[0] or context.shape[-1] != d_context:
                 raise ValueError(
                     f"context must have shape (batch={x.shape[0]}, seq_k, d_context={self.W_K.in_features}), "
                     f"got {tuple(context.shape)}"
@@ -194,7 +201,8 @@ class MultiHeadAttention(nn.Module):
         if kv_cache is not None and self.kind != "causal":
             raise ValueError(f"a KV cache only makes sense for kind='causal', got kind={self.kind!r}")
         if kv_cache is not None and not isinstance(kv_cache, LayerKVCache):
-            raise TypeError(f"kv_cache must be a LayerKVCache (one layer of a KVCache), got {type(kv_cache).__name__}")
+            raise TypeError("kv_cache must be a LayerKVCache (one layer of a KVCache), "
+                            f"got {type(kv_cache).__name__}")
         offset = 0 if kv_cache is None else kv_cache.seq_len
         seq_q = x.shape[1]
         seq_k = offset + seq_q if context is None else context.shape[1]
@@ -219,7 +227,8 @@ class MultiHeadAttention(nn.Module):
                 out = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True)
             else:
                 causal = causal_mask(seq_q, seq_k, x.device) if self.kind == "causal" else None
-                out = F.scaled_dot_product_attention(q, k, v, attn_mask=combine_masks(mask, causal), dropout_p=dropout_p)
+                out = F.scaled_dot_product_attention(q, k, v, attn_mask=combine_masks(mask, causal),
+                                                     dropout_p=dropout_p)
         else:
             causal = causal_mask(seq_q, seq_k, x.device) if self.kind == "causal" else None
             out, weights = scaled_dot_product_attention(q, k, v, combine_masks(mask, causal), dropout_p)

@@ -86,10 +86,13 @@ class GPT2(nn.Module):
         self.position_embedding, self.rope = make_positions(config)
         self.drop = nn.Dropout(config.dropout)
         self.blocks = nn.ModuleList(
-            TransformerBlock(**config.block_kwargs(), attn_kind="causal", rope=self.rope) for _ in range(config.n_layers)
+            TransformerBlock(**config.block_kwargs(), attn_kind="causal", rope=self.rope)
+            for _ in range(config.n_layers)
         )
         # pre-norm leaves the residual stream unnormalised, so one last norm precedes the head
-        self.norm_f = make_norm(config.norm, config.d_model, config.norm_eps, config.bias) if config.norm_position == "pre" else nn.Identity()
+        pre_norm = config.norm_position == "pre"  # pre-norm blocks leave the stream unnormalised
+        self.norm_f = (make_norm(config.norm, config.d_model, config.norm_eps, config.bias) if pre_norm
+                       else nn.Identity())
         self.lm_head = nn.Linear(config.d_model, padded, bias=False)
         init_weights_(self, std=config.init_std, n_layers=config.n_layers)
         if config.tie_weights:
@@ -113,7 +116,8 @@ class GPT2(nn.Module):
         if mask is not None and kv_cache is not None:
             raise ValueError("attention_mask and kv_cache cannot be combined: generate from unpadded prompts")
         if kv_cache is not None and len(kv_cache.layers) != len(self.blocks):
-            raise ValueError(f"kv_cache has {len(kv_cache.layers)} layers, the model has n_layers={len(self.blocks)}")
+            raise ValueError(f"kv_cache has {len(kv_cache.layers)} layers, "
+                             f"the model has n_layers={len(self.blocks)}")
         mask = padding_mask(mask) if mask is not None else None
 
         x = self.token_embedding(input_ids)  # (batch, seq, d_model)
@@ -218,7 +222,8 @@ def gpt2_from_hf(hf_model, vocab_multiple_of: int = 1) -> GPT2:
             state[b + f"{ours}.bias"] = src[h + f"{theirs}.bias"]
     extra = config.padded_vocab_size - config.vocab_size
     for name in ("token_embedding.weight", "lm_head.weight"):
-        state[name] = torch.cat([state[name], state[name].new_zeros(extra, d)])  # (padded vocabulary, d_model)
+        # (padded vocabulary, d_model)
+        state[name] = torch.cat([state[name], state[name].new_zeros(extra, d)])
     with torch.no_grad():
         # copies into our tensors, so a tied head stays one tensor
         model.load_state_dict({k: v.contiguous() for k, v in state.items()}, strict=True)

@@ -72,6 +72,7 @@ def attention_explorer(
     batch_index: int = 0,
     layer: int | str = 0,
     control: str = "dropdown",
+    panels: str = "heads",
     max_cols: int = 4,
     panel_height: int = 300,
     zmax: float | None = 1.0,
@@ -89,8 +90,10 @@ def attention_explorer(
         key_tokens: the ``seq_k`` key tokens (columns); None: the query tokens (self-attention); a dict
             ``{layer name: tokens}`` when layers attend to different sequences.
         title: the figure title; the layer's name is appended.
-        layer: the layer shown first (index or name).
+        layer: the layer shown first (index or name; with ``panels="one"`` also ``"<layer>, head <h>"``).
         control: ``"dropdown"`` or ``"slider"``: how the reader chooses the layer (none if one layer).
+        panels: ``"heads"``: a panel per head, the control picks the layer; ``"one"``: a single large
+            panel, the control picks layer and head together (long sequences stay legible).
         max_cols: panels per row.
         panel_height: pixels per row of panels.
         zmax: top of the colour scale (weights are probabilities: 1.0); None: the largest weight.
@@ -106,7 +109,19 @@ def attention_explorer(
         raise ValueError(f"control must be 'dropdown' or 'slider', got {control!r}")
     if not isinstance(max_cols, int) or max_cols < 1:
         raise ValueError(f"max_cols must be a positive int, got {max_cols!r}")
+    if panels not in ("heads", "one"):
+        raise ValueError(f"panels must be 'heads' or 'one', got {panels!r}")
     layers = _as_layers(maps, batch_index)
+    if panels == "one":  # every (layer, head) becomes a "layer" of one head
+        heads = [_head_name(n, h) for n, m in layers.items() for h in range(m.shape[0])]
+        if not (isinstance(layer, str) and layer in heads):  # a layer: show its head 0 first
+            layer = _head_name(list(layers)[layer] if isinstance(layer, int) and -len(layers) <= layer < len(layers)
+                               else layer, 0)
+        if isinstance(key_tokens, Mapping):
+            key_tokens = {_head_name(n, h): key_tokens[n] for n, m in layers.items() for h in range(m.shape[0])
+                          if n in key_tokens}
+        layers = {_head_name(n, h): m[h:h + 1] for n, m in layers.items() for h in range(m.shape[0])}
+        max_cols = 1
     names = list(layers)
     if isinstance(layer, str):
         if layer not in layers:
@@ -135,7 +150,8 @@ def attention_explorer(
     n_heads = max(m.shape[0] for m in layers.values())
     cols = min(n_heads, max_cols)
     rows = math.ceil(n_heads / cols)
-    fig = make_subplots(rows=rows, cols=cols, subplot_titles=[f"head {h}" for h in range(n_heads)],
+    titles = [f"head {h}" for h in range(n_heads)] if panels == "heads" else None
+    fig = make_subplots(rows=rows, cols=cols, subplot_titles=titles,
                         horizontal_spacing=0.25 / cols, vertical_spacing=min(0.3 / rows, 0.12))
     q_labels = position_labels(queries)
     owner = []  # owner[j] = index of the layer that trace j belongs to
@@ -194,6 +210,10 @@ def attention_explorer(
             active=first, currentvalue=dict(prefix="layer: "), pad=dict(t=60),
             steps=[dict(label=name, method="update", args=step_args(li)) for li, name in enumerate(names)])])
     return fig
+
+
+def _head_name(layer: str, head: int) -> str:
+    return f"{layer}, head {head}"
 
 
 def _fmt(v: float, decimals: int) -> str:
@@ -301,6 +321,7 @@ def heatmap_grid(
     if not panels:
         raise ValueError("panels is empty")
     titles = list(panels)
+    boolean = all(torch.as_tensor(m).dtype == torch.bool for m in panels.values())
     cols = min(cols, len(titles))
     rows = math.ceil(len(titles) / cols)
     fig = make_subplots(rows=rows, cols=cols, subplot_titles=titles, horizontal_spacing=0.3 / cols,
@@ -318,8 +339,10 @@ def heatmap_grid(
             z=m.round(decimals=decimals).tolist(), x=position_labels(cl), y=position_labels(rl), coloraxis="coloraxis",
             xgap=1, ygap=1, name=name,
             hovertemplate=f"row %{{y}}<br>column %{{x}}<br>{value_name} %{{z}}<extra>{name}</extra>"), row=r, col=c)
+        short = max(len(display_token(str(t))) for t in cl) <= 2  # long labels: plotly may turn them
         fig.update_xaxes(type="category", tickmode="array", tickvals=position_labels(cl),
-                         ticktext=[display_token(str(t)) for t in cl], tickangle=0, row=r, col=c)
+                         ticktext=[display_token(str(t)) for t in cl], tickangle=0 if short else None,
+                         row=r, col=c)
         fig.update_yaxes(type="category", tickmode="array", tickvals=position_labels(rl),
                          ticktext=[display_token(str(t)) for t in rl], autorange="reversed", row=r, col=c)
     fig.update_layout(
@@ -327,4 +350,8 @@ def heatmap_grid(
         coloraxis=dict(colorscale=colorscale, cmin=zmin, cmax=zmax, colorbar=dict(title=value_name)),
         margin=dict(t=90 if title else 60, b=40, l=60, r=90),
     )
+    if boolean:  # a mask has two values: a two-step key, not a continuous scale
+        two = [[0, "#f0f0f0"], [0.5, "#f0f0f0"], [0.5, "#2171b5"], [1, "#2171b5"]]
+        key = dict(tickvals=[0.25, 0.75], ticktext=["no", "yes"], len=0.5, thickness=16)
+        fig.update_layout(coloraxis=dict(colorscale=two, cmin=0, cmax=1, colorbar=key))
     return fig
