@@ -193,7 +193,8 @@ var tfs = {
       if ((box.right - column.right > 1 || column.left - box.left > 1) && !scrolls(gd))
         out.push({ kind: "figure", over: Math.max(box.right - column.right, column.left - box.left), where: tfs.where(gd.closest(".cell") || gd) });
     }
-    const page = document.documentElement.scrollWidth - window.innerWidth;
+    // clientWidth, not innerWidth: on a phone the layout viewport grows to fit content that overflows
+    const page = document.documentElement.scrollWidth - document.documentElement.clientWidth;
     if (page > 1) out.push({ kind: "page", over: page, where: "the page scrolls sideways" });
     return out;
   },
