@@ -176,12 +176,10 @@ var tfs = {
     // printed output may scroll (columns) or wraps; a diagram (.tfs-columns) scrolls; code wraps
     for (const pre of tfs.codeBlocks().filter((p) => !p.closest(".tfs-columns")))
       if (pre.scrollWidth - pre.clientWidth > 1) out.push({ kind: "code", where: tfs.where(pre) });
-    for (const eq of document.querySelectorAll('article mjx-container[display="true"]')) {
-      const math = eq.querySelector("mjx-math") || eq;
-      const over = math.getBoundingClientRect().width - eq.clientWidth;
-      const scrolls = ["auto", "scroll"].includes(getComputedStyle(eq).overflowX) ||
-        ["auto", "scroll"].includes(getComputedStyle(eq.parentElement).overflowX);
-      if (over > 1 && !scrolls) out.push({ kind: "equation", over, where: tfs.where(eq.closest(".math") || eq) });
+    for (const eq of tfs.wideEquations()) {  // wider than its box: it must scroll
+      const scrolls = ["auto", "scroll"].includes(getComputedStyle(eq.box).overflowX) ||
+        ["auto", "scroll"].includes(getComputedStyle(eq.box.parentElement).overflowX);
+      if (!scrolls) out.push({ kind: "equation", over: eq.over, where: eq.where });
     }
     const scrolls = (el) => {  // an ancestor inside the article that scrolls sideways
       for (let p = el.parentElement; p && p.tagName !== "ARTICLE"; p = p.parentElement)
@@ -201,7 +199,7 @@ var tfs = {
 
   // Display equations wider than the column (at a desktop width none may need scrolling).
   wideEquations: () => [...document.querySelectorAll('article mjx-container[display="true"]')]
-    .map((eq) => ({ over: (eq.querySelector("mjx-math") || eq).getBoundingClientRect().width - eq.clientWidth,
+    .map((eq) => ({ box: eq, over: (eq.querySelector("mjx-math") || eq).getBoundingClientRect().width - eq.clientWidth,
                     where: tfs.where(eq.closest(".math") || eq) }))
     .filter((e) => e.over > 1),
 

@@ -164,7 +164,7 @@ def looks(driver, page: str, width: int) -> dict:
     if width != 1280:
         set_width(driver, width)
         settle_layout(driver)
-    seen = driver.execute_script(JS + """return {clipped: tfs.clipped(), wide_equations: tfs.wideEquations(),
+    seen = driver.execute_script(JS + """return {clipped: tfs.clipped(), wide_equations: tfs.wideEquations().map(({box, ...e}) => e),
         overlaps: tfs.figures().map((_, i) => tfs.overlaps(i))};""")
     screenshot(driver, page, width)
     return seen
