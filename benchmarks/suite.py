@@ -59,8 +59,9 @@ class Setting:
                 f"batch {self.batch}, dropout {self.dropout}, {'with' if self.bias else 'no'} biases, {gelu}")
 
 
-# nanoGPT's README, "baby GPT" on a CPU: --block_size=64 --batch_size=12 --n_layer=4 --n_head=4 --n_embd=128 --dropout=0.0
-BABY = Setting("baby", 4, 4, 128, 64, 12, 0.0, source="nanoGPT README, CPU baby GPT")
+# nanoGPT's README, its CPU run ("I only have a macbook"): --block_size=64 --batch_size=12 --n_layer=4 --n_head=4 --n_embd=128 --dropout=0.0;
+# "baby" is this book's label (nanoGPT gives "baby GPT" to the shakespeare_char config below)
+BABY = Setting("baby", 4, 4, 128, 64, 12, 0.0, source="nanoGPT README, CPU run")
 # nanoGPT's config/train_shakespeare_char.py ("baby GPT model :)" for a GPU)
 SHAKESPEARE_CHAR = Setting("shakespeare_char", 6, 6, 384, 256, 64, 0.2, source="nanoGPT config/train_shakespeare_char.py")
 # GPT-2 small (124M) with nanoGPT's vocabulary padding 50257 -> 50304

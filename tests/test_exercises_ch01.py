@@ -263,3 +263,163 @@ def test_embed_wrong_shape_and_values():
         ex.check_embed_one_hot(lambda ids, W: embed_variants(ids, W)[..., :2])
     with pytest.raises(ExerciseFailed, match="largest difference"):
         ex.check_embed_one_hot(lambda ids, W: embed_variants(ids, W) + 0.01)
+
+
+# ---------------------------------------------------------------- diagnoses added after the review of chapter 1
+
+
+def test_softmax_max_without_values_is_explained():
+    """`x.max(dim=-1, keepdim=True)` is a (values, indices) pair: the TypeError is named, not a shape error."""
+    def no_values(x):
+        e = (x - x.max(dim=-1, keepdim=True)).exp()
+        return e / e.sum(dim=-1, keepdim=True)
+
+    with pytest.raises(ExerciseFailed, match=r"(?s)softmax raised TypeError.*pair \(values, indices\).*\.values") as info:
+        ex.check_softmax(no_values)
+    assert "keepdim=True, e.g." not in str(info.value)  # not the shape-error hint: keepdim was passed
+
+
+def test_softmax_fixed_dim_that_the_input_lacks_is_explained():
+    def dim_two(x):  # right on the (2, 3, 5) input, an IndexError on the (3, 5) one
+        e = (x - x.amax(dim=2, keepdim=True)).exp()
+        return e / e.sum(dim=2, keepdim=True)
+
+    with pytest.raises(ExerciseFailed, match=r"(?s)softmax raised IndexError.*Count from the end: dim=-1"):
+        ex.check_softmax(dim_two)
+
+
+@pytest.mark.parametrize(
+    "shift, hint",
+    [
+        (lambda x: x.mean(dim=-1, keepdim=True), r"subtracted each row's \*mean\*, not its maximum"),
+        (lambda x: x.amin(dim=-1, keepdim=True), r"subtracted each row's \*minimum\*, not its maximum"),
+    ],
+)
+def test_softmax_wrong_shift_is_caught_by_the_wide_row(shift, hint):
+    """Shifting by the mean survives rows of small spread: the row from +1000 to -1000 catches it."""
+    def shifted(x):
+        e = (x - shift(x)).exp()
+        return e / e.sum(dim=-1, keepdim=True)
+
+    moderate, _ = ex.softmax_inputs()
+    assert torch.allclose(shifted(moderate), torch.softmax(moderate, -1), atol=1e-6)  # only the large input can tell
+    with pytest.raises(ExerciseFailed, match=hint):
+        ex.check_softmax(shifted)
+
+
+def test_softmax_half_shifted_fractions_are_named():
+    def shifted_numerator(x):
+        return (x - x.amax(-1, keepdim=True)).exp() / x.exp().sum(-1, keepdim=True)
+
+    def shifted_denominator(x):
+        return x.exp() / (x - x.amax(-1, keepdim=True)).exp().sum(-1, keepdim=True)
+
+    with pytest.raises(ExerciseFailed, match=r"shifted the numerator but not the denominator"):
+        ex.check_softmax(shifted_numerator)
+    with pytest.raises(ExerciseFailed, match=r"shifted the denominator but not the numerator"):
+        ex.check_softmax(shifted_denominator)
+
+
+def _lse_ce(z, t, *, keepdim=True, use_max=True, minus_m=True, log=torch.log, eps=0.0, via_p=False):
+    """Cross-entropy through log-sum-exp, with the slips the review found as switches."""
+    m = z.amax(dim=-1, keepdim=keepdim) if use_max else torch.zeros(())
+    if via_p:  # log(p + eps) of a stable softmax
+        e = (z - z.amax(-1, keepdim=True)).exp()
+        p = e / e.sum(-1, keepdim=True)
+        return -log(p[torch.arange(len(t)), t] + eps).mean()
+    logp = z - (m if minus_m else 0) - log((z - m).exp().sum(dim=-1, keepdim=keepdim))
+    return -logp[torch.arange(len(t)), t].mean()
+
+
+def test_cross_entropy_missing_keepdim_gets_the_keepdim_hint_not_the_one_hot_hint():
+    for fn in (lambda z, t: _lse_ce(z, t, keepdim=False),
+               lambda z, t: -(z - z.logsumexp(-1))[torch.arange(len(t)), t].mean()):
+        with pytest.raises(ExerciseFailed, match=r"(?s)raised RuntimeError.*\(batch,\) = \(4,\) tensor.*keepdim=True") as info:
+            ex.check_cross_entropy(fn)
+        assert "num_classes" not in str(info.value)
+
+
+def test_cross_entropy_narrow_one_hot_on_either_side_is_named():
+    def narrow_right(z, t):
+        return -(z.log_softmax(-1) * F.one_hot(t)).sum(-1).mean()
+
+    with pytest.raises(ExerciseFailed, match=r"(?s)3 wide.*num_classes=logits.shape\[-1\]") as info:
+        ex.check_cross_entropy(narrow_right)
+    assert "keepdim" not in str(info.value)
+
+
+def test_cross_entropy_exceptions_are_diagnosed_not_raised():
+    """TypeError and IndexError in the reader's code become diagnoses too (no raw traceback)."""
+    def no_values(z, t):
+        m = z.max(dim=-1, keepdim=True)
+        return -(z - m - (z - m).exp().sum(-1, keepdim=True).log())[torch.arange(len(t)), t].mean()
+
+    def arange_vocab(z, t):
+        return -z.log_softmax(-1)[torch.arange(z.shape[1]), t].mean()
+
+    def gather_2d(z, t):
+        return -z.log_softmax(-1).gather(1, t).mean()
+
+    with pytest.raises(ExerciseFailed, match=r"(?s)raised TypeError.*\.values"):
+        ex.check_cross_entropy(no_values)
+    with pytest.raises(ExerciseFailed, match=r"(?s)raised IndexError.*torch.arange\(logits.shape\[1\]\)` counts the vocabulary"):
+        ex.check_cross_entropy(arange_vocab)
+    with pytest.raises(ExerciseFailed, match=r"(?s)raised RuntimeError.*targets.unsqueeze\(-1\)"):
+        ex.check_cross_entropy(gather_2d)
+
+
+def test_cross_entropy_log_sum_exp_without_the_max_is_named():
+    """exp(1000) overflows in the sum: named on the shifted logits, not as a log of a softmax."""
+    with pytest.raises(ExerciseFailed, match=r"(?s)every logit near 1000.*exp\(1000\) overflows.*add it back") as info:
+        ex.check_cross_entropy(lambda z, t: _lse_ce(z, t, use_max=False))
+    assert "never take the log of a softmax" not in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "kwargs, hint",
+    [
+        (dict(minus_m=False), r"inside the log-sum-exp but not outside it"),
+        (dict(via_p=True, log=torch.log2), r"base 2"),
+        (dict(via_p=True, log=torch.log10), r"base 10"),
+        (dict(via_p=True, eps=1e-9), r"small epsilon inside the log, log\(p \+ eps\).*eps = 1e-09"),
+        (dict(via_p=True, eps=1e-6), r"small epsilon inside the log, log\(p \+ eps\).*eps = 1e-06"),
+    ],
+)
+def test_cross_entropy_formula_slips_are_named(kwargs, hint):
+    with pytest.raises(ExerciseFailed, match=hint):
+        ex.check_cross_entropy(lambda z, t: _lse_ce(z, t, **kwargs))
+
+
+def test_embed_indexing_is_named_not_called_a_one_hot_product():
+    for fn in (lambda ids, W: W[ids], lambda ids, W: F.embedding(ids, W)):
+        with pytest.raises(ExerciseFailed, match=r"right rows, but by indexing"):
+            ex.check_embed_one_hot(fn)
+
+
+def test_embed_other_products_pass_and_untraceable_answers_get_a_neutral_message(capsys):
+    einsum = lambda ids, W: torch.einsum("bsv,vd->bsd", F.one_hot(ids, W.shape[0]).to(W.dtype), W)
+    broadcast = lambda ids, W: (F.one_hot(ids, W.shape[0]).to(W.dtype)[..., None] * W).sum(-2)
+    assert ex.check_embed_one_hot(einsum) and ex.check_embed_one_hot(broadcast)
+    assert capsys.readouterr().out.count("Correct! one_hot(ids) @ W picks exactly the rows") == 2
+
+    def without_graph(ids, W):
+        with torch.no_grad():
+            return W[ids]
+
+    assert ex.check_embed_one_hot(without_graph)
+    out = capsys.readouterr().out
+    assert "equal W[ids]" in out and "one_hot(ids) @ W" not in out
+
+
+@pytest.mark.parametrize(
+    "fn, hint",
+    [
+        (lambda ids, W: F.one_hot(ids, W.shape[0]).to(W.dtype) @ W.T, r"You multiplied by W.T"),
+        (lambda ids, W: F.one_hot(ids, W.shape[1]).to(W.dtype) @ W, r"number of \*rows\* of W: W.shape\[0\] = 7"),
+        (lambda ids, W: W.T @ F.one_hot(ids, W.shape[0]).to(W.dtype), r"The one-hot goes on the left"),
+    ],
+)
+def test_embed_shape_slips_other_than_num_classes_are_named(fn, hint):
+    with pytest.raises(ExerciseFailed, match=hint) as info:
+        ex.check_embed_one_hot(fn)
+    assert "6 long" not in str(info.value)  # not the missing-num_classes hint

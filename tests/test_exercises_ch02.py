@@ -18,11 +18,14 @@ def stub(*args, **kwargs):
 
 
 def sdpa(q, k, v, mask=None, *, scale="sqrt", axis=-1, transpose=False, fill=float("-inf"), mask_mode="before",
-         invert=False, out_mode="right", returns="pair"):
+         invert=False, out_mode="right", returns="pair", zero_empty_rows=True, scale_after=False):
     """A reader's attention, right by default, with each mistake as a switch."""
     d_k = q.shape[-1]
     raw = k @ q.transpose(-2, -1) if transpose else q @ k.transpose(-2, -1)
-    scores = {"sqrt": raw / math.sqrt(d_k), "none": raw, "d_k": raw / d_k, "times": raw * math.sqrt(d_k)}[scale]
+    scores = {"sqrt": raw / math.sqrt(d_k), "none": raw, "d_k": raw / d_k, "times": raw * math.sqrt(d_k),
+              "d_v": raw / math.sqrt(v.shape[-1]), "seq": raw / math.sqrt(q.shape[-2])}[scale]
+    if scale_after:
+        scores = raw
     if mask is not None:
         hide = mask if invert else ~mask
         if mask_mode == "before":
@@ -32,6 +35,10 @@ def sdpa(q, k, v, mask=None, *, scale="sqrt", axis=-1, transpose=False, fill=flo
         elif mask_mode == "multiply":
             scores = scores * mask
     weights = scores.softmax(dim=axis)
+    if scale_after:
+        weights = weights / math.sqrt(d_k)
+    if mask is not None and zero_empty_rows:  # a query that may see no key reads nothing
+        weights = weights.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)
     if mask is not None and mask_mode == "after":
         weights = weights.masked_fill(~mask, 0.0)
     if mask is not None and mask_mode == "after_inf":
@@ -51,7 +58,7 @@ def test_sdpa_correct(capsys):
 
 
 def test_sdpa_correct_with_large_negative_fill_is_accepted():
-    # -1e9 underflows to exactly 0 after exp, so it is a right answer too
+    # -1e9 underflows to exactly 0 after exp, so it is a right answer too (with the empty rows zeroed)
     assert ex.check_scaled_dot_product_attention(lambda q, k, v, mask=None: sdpa(q, k, v, mask, fill=-1e9)).passed is True
 
 
@@ -60,7 +67,7 @@ def test_sdpa_correct_with_torch_weights():
         scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
         if mask is not None:
             scores = scores.masked_fill(~mask, float("-inf"))
-        w = scores.softmax(-1)
+        w = scores.softmax(-1).nan_to_num(0.0)  # a query with no visible key: NaN -> 0
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask), w
 
     assert ex.check_scaled_dot_product_attention(via_torch).passed is True
@@ -124,7 +131,7 @@ def test_sdpa_transposed_scores_with_rectangular_inputs_named_by_shape():
 def test_sdpa_wrong_return_and_shapes_raise():
     with pytest.raises(ExerciseFailed, match=r"should return a tuple \(output, weights\)"):
         ex.check_scaled_dot_product_attention(lambda q, k, v, mask=None: sdpa(q, k, v, mask, returns="output"))
-    with pytest.raises(ExerciseFailed, match=r"weights should return shape"):
+    with pytest.raises(ExerciseFailed, match=r"returned \(weights, output\).*Return them in the order \(output, weights\)"):
         ex.check_scaled_dot_product_attention(lambda q, k, v, mask=None: sdpa(q, k, v, mask, returns="swapped"))
     with pytest.raises(ExerciseFailed, match=r"output should return shape"):
         ex.check_scaled_dot_product_attention(lambda q, k, v, mask=None: (sdpa(q, k, v, mask)[0][..., :1], sdpa(q, k, v, mask)[1]))
@@ -234,3 +241,112 @@ def test_split_heads_mistakes(fn, hint):
 def test_merge_heads_mistakes(fn, hint):
     with pytest.raises(ExerciseFailed, match=hint):
         ex.check_merge_heads(fn)
+
+
+# ------------------------------------------------------------------- diagnoses added after the review of chapter 2
+
+
+def test_sdpa_fixed_transpose_fails_on_4d_inputs_with_a_hint():
+    """transpose(1, 2) is right for 3-D inputs only: the 4-D case (batch, heads, seq, d) catches it."""
+    def fixed_dims(q, k, v, mask=None):
+        scores = q @ k.transpose(1, 2) / math.sqrt(q.shape[-1])
+        if mask is not None:
+            scores = scores.masked_fill(~mask, float("-inf"))
+        w = scores.softmax(-1)
+        if mask is not None:
+            w = w.masked_fill(~mask.any(-1, keepdim=True), 0.0)
+        return w @ v, w
+
+    with pytest.raises(ExerciseFailed, match=r"(?s)raised RuntimeError.*4-D.*k.transpose\(-2, -1\) \(not transpose\(1, 2\)\)"):
+        ex.check_scaled_dot_product_attention(fixed_dims)
+
+
+def test_sdpa_transpose_of_the_4d_axes_fails_on_3d_inputs_with_a_hint():
+    def four_d_only(q, k, v, mask=None):  # transpose(2, 3) swaps the last two axes of 4-D inputs only
+        w = (q @ k.transpose(2, 3) / math.sqrt(q.shape[-1])).softmax(-1)
+        return w @ v, w
+
+    with pytest.raises(ExerciseFailed, match=r"(?s)raised IndexError.*Count from the end: k.transpose\(-2, -1\)"):
+        ex.check_scaled_dot_product_attention(four_d_only)
+
+
+@pytest.mark.parametrize(
+    "kwargs, hint",
+    [
+        (dict(scale_after=True), r"You divided by sqrt\(d_k\) \*after\* the softmax"),
+        (dict(scale="d_v"), r"You scaled by sqrt\(d_v\) = sqrt\(3\)"),
+        (dict(scale="seq"), r"square root of the number of positions, sqrt\(5\)"),
+    ],
+)
+def test_sdpa_scale_slips_are_named(kwargs, hint):
+    with pytest.raises(ExerciseFailed, match=hint) as info:
+        ex.check_scaled_dot_product_attention(lambda q, k, v, mask=None: sdpa(q, k, v, mask, **kwargs))
+    assert "Is the softmax over the last dimension" not in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "kwargs, hint",
+    [
+        (dict(zero_empty_rows=False), r"that query's weights are NaN, since the softmax of a row of -inf is 0 / 0"),
+        (dict(zero_empty_rows=False, fill=-1e9), r"that query's weights are uniform, 1/6 on every key"),
+    ],
+)
+def test_sdpa_query_that_sees_no_key_is_diagnosed(kwargs, hint):
+    """The plain softmax gives NaN (or, with a finite fill, uniform weights) where the library gives zeros."""
+    with pytest.raises(ExerciseFailed, match=rf"(?s){hint}.*zero weights.*masked_fill\(~mask.any\(dim=-1, keepdim=True\), 0.0\)"):
+        ex.check_scaled_dot_product_attention(lambda q, k, v, mask=None: sdpa(q, k, v, mask, **kwargs))
+
+
+def test_sdpa_4d_case_has_one_query_that_sees_no_key():
+    q, k, v, mask = ex.sdpa_inputs_4d()
+    assert q.shape == (2, 3, 4, 4) and k.shape == (2, 3, 6, 4) and v.shape == (2, 3, 6, 5)
+    empty = ~mask.any(-1)  # (2, 1, 4)
+    assert empty.sum() == 1 and empty[1, 0, 3]
+    out, w = ex._sdpa(q, k, v, mask)
+    assert (w[1, :, 3] == 0).all() and (out[1, :, 3] == 0).all()
+
+
+def test_sdpa_new_mistakes_have_their_own_answers():
+    q, k, v = ex.sdpa_inputs(seed=2)
+    group = list(ex.sdpa_weight_mistakes(q, k, None, d_v=v.shape[-1]).values()) + [ex._sdpa(q, k, v)[1]]
+    for i in range(len(group)):
+        for j in range(i + 1, len(group)):
+            assert not torch.allclose(group[i], group[j], atol=1e-3), (i, j)
+
+
+@pytest.mark.parametrize(
+    "fill, hint",
+    [
+        (float("-inf"), r"returned the additive mask M, 0 on and below the diagonal and -inf above"),
+        (-1e9, r"returned the additive mask M, 0 on and below the diagonal and -inf above"),
+    ],
+)
+def test_causal_mask_additive_float_mask_is_recognised(fill, hint):
+    """nn.Transformer.generate_square_subsequent_mask's format: not 'inverted', but additive."""
+    def additive(n):
+        return torch.zeros(n, n).masked_fill(~torch.ones(n, n, dtype=torch.bool).tril(), fill)
+
+    with pytest.raises(ExerciseFailed, match=hint) as info:
+        ex.check_causal_mask(additive)
+    assert "inverted" not in str(info.value) and "M == 0" in str(info.value)
+    with pytest.raises(ExerciseFailed, match=r"additive mask M .* 0 entries are not the causal pattern"):
+        ex.check_causal_mask(lambda n: torch.zeros(n, n).masked_fill(torch.ones(n, n, dtype=torch.bool).tril(), fill))
+
+
+def test_causal_mask_generate_square_subsequent_mask_is_recognised():
+    from torch import nn
+
+    with pytest.raises(ExerciseFailed, match=r"additive mask M"):
+        ex.check_causal_mask(lambda n: nn.Transformer.generate_square_subsequent_mask(n))
+
+
+@pytest.mark.parametrize(
+    "fn, shape",
+    [
+        (lambda x, h: x.view(x.shape[0], x.shape[1], -1, h).transpose(1, 2), r"\(2, 5, 3, 4\) = \(batch, d_head, seq, n_heads\)"),
+        (lambda x, h: x.view(x.shape[0], x.shape[1], -1, h), r"\(2, 3, 5, 4\) = \(batch, seq, d_head, n_heads\)"),
+    ],
+)
+def test_split_heads_d_head_first_is_named_by_shape(fn, shape):
+    with pytest.raises(ExerciseFailed, match=rf"{shape}.*split d_model as \(d_head, n_heads\)"):
+        ex.check_split_heads(fn)

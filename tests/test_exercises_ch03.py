@@ -26,7 +26,8 @@ def gelu_tanh_ok(x):
 def test_gelu_tanh_right_answers_pass(capsys):
     assert ex.check_gelu_tanh(gelu_tanh_ok).passed is True
     assert ex.check_gelu_tanh(lambda x: F.gelu(x, approximate="tanh")).passed is True
-    assert capsys.readouterr().out.startswith("Correct")
+    out = capsys.readouterr().out
+    assert out.startswith("Correct") and "Hugging Face's 'gelu_new'" in out
 
 
 def test_gelu_tanh_stub_is_pending(capsys):
@@ -46,6 +47,9 @@ def test_gelu_tanh_stub_is_pending(capsys):
         (lambda x: x * (1 + torch.tanh(C * (x + 0.044715 * x**3))), "factor 0.5 is missing"),
         (lambda x: 0.5 * (1 + torch.tanh(C * (x + 0.044715 * x**3))), "without multiplying by x"),
         (lambda x: x * torch.sigmoid(1.702 * x), "sigmoid"),
+        # sqrt(2/pi) on the x term only, and x**2 for x**3
+        (lambda x: 0.5 * x * (1 + torch.tanh(C * x + 0.044715 * x**3)), r"sqrt\(2/pi\) multiplies only the x term"),
+        (lambda x: 0.5 * x * (1 + torch.tanh(C * (x + 0.044715 * x**2))), r"0\.044715 \* x\*\*3 \(cubed\), not x\*\*2"),
     ],
 )
 def test_gelu_tanh_mistakes_are_named(wrong, hint):
@@ -110,6 +114,9 @@ def test_swiglu_stub_is_pending(capsys):
         (lambda x, g, i, o: F.silu(x @ g.T) @ o.T, r"gate is missing.*W_out silu\(W_gate x\)"),
         (lambda x, g, i, o: ((x @ g.T) * (x @ i.T)) @ o.T, "SiLU is missing"),
         (lambda x, g, i, o: F.silu(x @ g.T) * (x @ i.T), "output projection W_out is missing"),
+        (lambda x, g, i, o: F.silu((x @ g.T) * (x @ i.T)) @ o.T, "SiLU is applied after the product"),
+        (lambda x, g, i, o: (F.silu(x @ g.T) * F.silu(x @ i.T)) @ o.T, "SiLU is applied to both projections"),
+        (lambda x, g, i, o: (F.silu(x @ g.T) + x @ i.T) @ o.T, "You added the two projections"),
         # transposed weights: a shape error with d_ff != d_model ...
         (lambda x, g, i, o: (F.silu(x @ g) * (x @ i)) @ o, r"(?s)RuntimeError.*stored like nn.Linear.weight"),
         (lambda x, g, i, o: (F.silu(x @ g.T) * (x @ i.T)) @ o, r"(?s)RuntimeError.*stored like nn.Linear.weight"),
@@ -118,6 +125,32 @@ def test_swiglu_stub_is_pending(capsys):
 def test_swiglu_mistakes_are_named(wrong, hint):
     with pytest.raises(ExerciseFailed, match=hint):
         ex.check_swiglu(wrong)
+
+
+def test_swiglu_operator_precedence_is_diagnosed_not_blamed_on_the_weights():
+    """`silu(x @ W_gate.T) * x @ W_in.T` is `(silu(...) * x) @ W_in.T`: a precedence slip, the weights are fine."""
+
+    def no_brackets(x, g, i, o):
+        return F.silu(x @ g.T) * x @ i.T @ o.T
+
+    with pytest.raises(ExerciseFailed) as info:
+        ex.check_swiglu(no_brackets)
+    message = str(info.value)
+    assert "same precedence" in message and "group from the left" in message
+    assert r"silu(x @ W_gate.T) * (x @ W_in.T)" in message
+    assert "orientation of the weights" not in message and "Transposed weights" not in message
+
+    def no_brackets_when_square(x, g, i, o):  # with d_ff == d_model the slip raises nothing: wrong values
+        return no_brackets(x, g, i, o) if g.shape[0] == g.shape[1] else swiglu_ok(x, g, i, o)
+
+    with pytest.raises(ExerciseFailed, match="same precedence"):
+        ex.check_swiglu(no_brackets_when_square)
+
+
+def test_swiglu_matmul_shape_errors_still_point_at_the_weights():
+    with pytest.raises(ExerciseFailed) as info:
+        ex.check_swiglu(lambda x, g, i, o: (F.silu(x @ g) * (x @ i)) @ o)
+    assert "Transposed weights" in str(info.value) and "precedence" not in str(info.value)
 
 
 def test_swiglu_transposed_square_weights_give_wrong_values():

@@ -73,6 +73,64 @@ def test_layer_norm_ignored_eps():
         ex.check_layer_norm(lambda x, w, b, eps: ln(x, w, b, 1e-5))
 
 
+def test_layer_norm_one_pass_variance_is_diagnosed_as_cancellation():
+    """E[x^2] - E[x]^2 is the variance on paper; in float32 it loses the quiet token's digits. Not a wrong formula."""
+
+    def one_pass(x, w, b, eps):
+        mean = x.mean(-1, keepdim=True)
+        var = x.pow(2).mean(-1, keepdim=True) - mean**2  # right on paper, cancels in float32
+        return (x - mean) / torch.sqrt(var + eps) * w + b
+
+    with pytest.raises(ExerciseFailed) as info:
+        ex.check_layer_norm(one_pass)
+    message = str(info.value)
+    assert "catastrophic cancellation" in message and "right on paper" in message
+    assert "mean((x - mean)**2)" in message and "Check the formula" not in message
+
+    def one_pass_rsqrt(x, w, b, eps):  # the same idea written differently: the same diagnosis
+        var = (x * x).mean(-1, keepdim=True) - x.mean(-1, keepdim=True).pow(2)
+        return (x - x.mean(-1, keepdim=True)) * torch.rsqrt(var + eps) * w + b
+
+    with pytest.raises(ExerciseFailed, match="catastrophic cancellation"):
+        ex.check_layer_norm(one_pass_rsqrt)
+
+
+def test_layer_norm_wrong_formula_is_not_called_cancellation():
+    with pytest.raises(ExerciseFailed) as info:
+        ex.check_layer_norm(lambda x, w, b, eps: ln(x, w, b, eps) * 1.01)
+    assert "cancellation" not in str(info.value)
+
+
+def test_layer_norm_no_eps_and_uncentred_variance():
+    with pytest.raises(ExerciseFailed, match=r"Where is eps\? LayerNorm divides by sqrt\(var \+ eps\)"):
+        ex.check_layer_norm(lambda x, w, b, eps: ln(x, w, b, 0.0))
+    centred_over_mean_square = lambda x, w, b, eps: (  # noqa: E731
+        (x - x.mean(-1, keepdim=True)) / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w + b)
+    with pytest.raises(ExerciseFailed, match=r"Your variance is mean\(x\*\*2\), the mean square of x before centring"):
+        ex.check_layer_norm(centred_over_mean_square)
+
+
+@pytest.mark.parametrize("check, missing_keepdim", [
+    (ex.check_layer_norm, lambda x, w, b, eps: (x - x.mean(-1)) / torch.sqrt(x.var(-1, correction=0) + eps) * w + b),
+    (ex.check_rms_norm, lambda x, w, eps: x / torch.sqrt(x.pow(2).mean(-1) + eps) * w),
+])
+def test_missing_keepdim_gets_a_diagnosis(check, missing_keepdim):
+    with pytest.raises(ExerciseFailed) as info:
+        check(missing_keepdim)
+    message = str(info.value)
+    assert "raised RuntimeError" in message and "called with arguments (2, 3, 5)" in message
+    assert "keepdim=True" in message and "(batch, seq, 1)" in message
+
+
+def test_other_exceptions_are_reported_without_the_keepdim_hint():
+    def broken(x, w, b, eps):
+        raise ValueError("oops")
+
+    with pytest.raises(ExerciseFailed) as info:
+        ex.check_layer_norm(broken)
+    assert "raised ValueError: oops" in str(info.value) and "keepdim" not in str(info.value)
+
+
 def test_layer_norm_unknown_mistake_reports_the_error():
     with pytest.raises(ExerciseFailed, match=r"wrong values \(largest difference"):
         ex.check_layer_norm(lambda x, w, b, eps: ln(x, w, b, eps) + 0.1)
@@ -148,6 +206,21 @@ def test_rms_norm_centred_numerator_only():
         ex.check_rms_norm(fn)
 
 
+@pytest.mark.parametrize(
+    "answer, hint",
+    [
+        (lambda x, w, eps: x / torch.sqrt(x.pow(2).sum(-1, keepdim=True) + eps) * w, r"summed the squares"),
+        (lambda x, w, eps: x / x.norm(dim=-1, keepdim=True) * w, r"vector's length, x\.norm\(dim=-1\)"),
+        (lambda x, w, eps: x / torch.sqrt(x.pow(2).mean(-1, keepdim=True)) * w, r"Where is eps\?"),
+        (lambda x, w, eps: torch.nn.functional.normalize(x, dim=-1) * x.shape[-1] ** 0.5 * w, r"F\.normalize"),
+        (lambda x, w, eps: rms(x, w, eps, dim=1), r"wrong dimension \(over the sequence, dim 1\)"),
+    ],
+)
+def test_rms_norm_more_mistakes(answer, hint):
+    with pytest.raises(ExerciseFailed, match=hint):
+        ex.check_rms_norm(answer)
+
+
 def test_rms_norm_std_mistake():
     with pytest.raises(ExerciseFailed, match=r"You divided by x\.std\(\)"):
         ex.check_rms_norm(lambda x, w, eps: x / (x.std(-1, keepdim=True) + eps) * w)
@@ -207,6 +280,7 @@ def test_pre_norm_residual_mistakes(answer, hint):
         (lambda x, norm, fn: x + norm(fn(x)), r"Post-norm normalises the sum"),
         (lambda x, norm, fn: norm(x + fn(norm(x))), r"You normalised twice: post-norm"),
         (lambda x, norm, fn: norm(norm(x) + fn(x)), r"The residual sum must use x"),
+        (lambda x, norm, fn: norm(x) + fn(norm(x)), r"norm\(x\) \+ fn\(norm\(x\)\) normalises the stream before"),
     ],
 )
 def test_post_norm_residual_mistakes(answer, hint):
@@ -218,6 +292,12 @@ def test_post_norm_residual_mistakes(answer, hint):
 def test_residual_wrong_shape(check):
     with pytest.raises(ExerciseFailed, match=r"should return shape \(2, 4, 8\), but it returned \(2, 4\)"):
         check(lambda x, norm, fn: x.sum(-1))
+
+
+@pytest.mark.parametrize("check", [ex.check_pre_norm_residual, ex.check_post_norm_residual])
+def test_residual_exceptions_name_the_arguments(check):
+    with pytest.raises(ExerciseFailed, match=r"(?s)_norm_residual raised RuntimeError: .*called with arguments \(2, 4, 8\)"):
+        check(lambda x, norm, fn: x + fn(norm(x))[..., :3])
 
 
 def test_residual_that_ignores_its_arguments_fails_the_block_check():

@@ -11,7 +11,8 @@ from transformer_lib.exercises._checking import ExerciseFailed
 # ---------------------------------------------------------------- (a) sinusoidal, written independently
 
 
-def sinusoidal_loops(n_positions, d_model, *, swap=False, two_i=True, per_dimension=False, start=0, halves=False):
+def sinusoidal_loops(n_positions, d_model, *, swap=False, two_i=True, per_dimension=False, start=0, halves=False,
+                     base=10000):
     """Plain Python loops, with switches for the mistakes the check should name."""
     table = torch.zeros(n_positions, d_model)
     for p in range(n_positions):
@@ -19,7 +20,7 @@ def sinusoidal_loops(n_positions, d_model, *, swap=False, two_i=True, per_dimens
         for i in range(d_model // 2):
             sin_exp = (2 * i if two_i else i) / d_model
             cos_exp = (2 * i + 1) / d_model if per_dimension else sin_exp
-            s, c = math.sin(pos / 10000**sin_exp), math.cos(pos / 10000**cos_exp)
+            s, c = math.sin(pos / base**sin_exp), math.cos(pos / base**cos_exp)
             if swap:
                 s, c = c, s
             if halves:
@@ -61,6 +62,43 @@ def test_sinusoidal_mistakes_are_named(mistake, hint):
         ex.check_sinusoidal(lambda n, d: sinusoidal_loops(n, d, **mistake))
 
 
+def sinusoidal_doubled_two(n_positions, d_model):
+    """The slip of issue (a): i taken from arange(0, d, 2) (already 2i) and then multiplied by 2 again."""
+    pos = torch.arange(n_positions, dtype=torch.float32)[:, None]
+    i = torch.arange(0, d_model, 2, dtype=torch.float32)
+    angle = pos / 10000 ** (2 * i / d_model)  # exponent 4i/d_model
+    pe = torch.zeros(n_positions, d_model)
+    pe[:, 0::2], pe[:, 1::2] = torch.sin(angle), torch.cos(angle)
+    return pe
+
+
+def test_sinusoidal_doubled_two_is_named():
+    with pytest.raises(ExerciseFailed, match=r"counted the 2 twice: your exponent is 4i/d_model") as err:
+        ex.check_sinusoidal(sinusoidal_doubled_two)
+    assert "arange(0, d_model, 2)" in str(err.value)  # the fix: it already is 2i
+
+
+@pytest.mark.parametrize(
+    "base, shown", [(1000, "1000"), (500, "500"), (1e6, "1e6"), (2.5e4, "25000"), (123.4, "123.4")]
+)
+def test_sinusoidal_wrong_base_is_named(base, shown):
+    with pytest.raises(ExerciseFailed, match=rf"uses base {shown} instead of 10000") as err:
+        ex.check_sinusoidal(lambda n, d: sinusoidal_loops(n, d, base=base))
+    assert "Everything else" in str(err.value)
+
+
+def test_sinusoidal_base_100_is_the_missing_two():
+    """Base 100 gives exactly the table with i for 2i: the message names both readings."""
+    with pytest.raises(ExerciseFailed, match=r"should be 2i/d_model.*base 100 = sqrt\(10000\)"):
+        ex.check_sinusoidal(lambda n, d: sinusoidal_loops(n, d, base=100))
+
+
+def test_sinusoidal_wrong_base_with_another_mistake_is_not_called_a_base():
+    """Only a table that is right up to the base is diagnosed as a wrong base."""
+    with pytest.raises(ExerciseFailed, match="largest difference"):
+        ex.check_sinusoidal(lambda n, d: sinusoidal_loops(n, d, base=1000, start=1))
+
+
 def test_sinusoidal_wrong_shape_and_type():
     with pytest.raises(ExerciseFailed, match=r"shape \(16, 8\).*\(8, 16\)"):
         ex.check_sinusoidal(lambda n, d: sinusoidal_loops(n, d).T)
@@ -77,11 +115,11 @@ def test_sinusoidal_unknown_error_reports_size():
 
 
 def rope_complex(x, positions_offset=0, *, direction=1, halves=False, exponent=lambda i, d: -2 * i / d,
-                 start=0, ignore_offset=False, rotate=True):
-    """Each pair read as a complex number and multiplied by e^{i m theta}; switches for the mistakes."""
+                 start=0, ignore_offset=False, rotate=True, base=10000):
+    """Each feature pair read as a complex number and multiplied by e^{i m theta}; switches for the mistakes."""
     seq, d = x.shape
     offset = 0 if ignore_offset else positions_offset
-    theta = torch.tensor([10000 ** exponent(i, d) for i in range(d // 2)], dtype=torch.float64)
+    theta = torch.tensor([base ** exponent(i, d) for i in range(d // 2)], dtype=torch.float64)
     m = torch.arange(seq, dtype=torch.float64)[:, None] + offset + start
     turn = torch.polar(torch.ones(seq, d // 2, dtype=torch.float64), direction * m * theta if rotate else 0 * m * theta)
     x = x.double()
@@ -113,6 +151,8 @@ def test_apply_rope_stub_is_pending(capsys):
         (dict(halves=True), "rotate_half"),
         (dict(exponent=lambda i, d: -i / d), "the 2 is missing"),
         (dict(exponent=lambda i, d: 2 * i / d), r"wrong sign in the exponent"),
+        (dict(exponent=lambda i, d: -4 * i / d), r"counted the 2 twice: your theta_i = 10000\^\(-4i/head_dim\)"),
+        (dict(base=100), r"the 2 is missing.*base 100 = sqrt\(10000\)"),
         (dict(start=1), "positions start at 1"),
         (dict(ignore_offset=True), "ignored positions_offset"),
     ],
@@ -120,6 +160,56 @@ def test_apply_rope_stub_is_pending(capsys):
 def test_apply_rope_mistakes_are_named(mistake, hint):
     with pytest.raises(ExerciseFailed, match=hint):
         ex.check_apply_rope(lambda x, positions_offset=0: rope_complex(x, positions_offset, **mistake))
+
+
+@pytest.mark.parametrize("base, shown", [(1000, "1000"), (500, "500"), (1e6, "1e6")])
+def test_apply_rope_wrong_base_is_named(base, shown):
+    with pytest.raises(ExerciseFailed, match=rf"theta_i uses base {shown} instead of 10000"):
+        ex.check_apply_rope(lambda x, positions_offset=0: rope_complex(x, positions_offset, base=base))
+
+
+def rope_in_place(x, positions_offset=0, *, odd_first=False):
+    """The slip of issue (c): x's even features overwritten before the odd ones are computed from them."""
+    seq, head_dim = x.shape
+    theta = 10000 ** (-torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim)
+    m = torch.arange(positions_offset, positions_offset + seq, dtype=torch.float32)[:, None]
+    cos, sin = torch.cos(m * theta), torch.sin(m * theta)
+    a, b = x[:, 0::2], x[:, 1::2]  # views: they change when x does
+    if odd_first:
+        x[:, 1::2] = a * sin + b * cos
+        x[:, 0::2] = a * cos - b * sin  # b is already rotated
+    else:
+        x[:, 0::2] = a * cos - b * sin
+        x[:, 1::2] = a * sin + b * cos  # a is already rotated
+    return x
+
+
+def test_apply_rope_in_place_overwrite_is_named():
+    with pytest.raises(ExerciseFailed, match=r"overwrote the even features x\[\.\.\., 0::2\] in place") as err:
+        ex.check_apply_rope(rope_in_place)
+    message = str(err.value)
+    assert "a' sin t + b cos t instead of a sin t + b cos t" in message
+    assert "torch.empty_like(x)" in message  # the fix
+
+
+def test_apply_rope_in_place_overwrite_odd_first_is_named():
+    with pytest.raises(ExerciseFailed, match=r"overwrote the odd features x\[\.\.\., 1::2\] in place"):
+        ex.check_apply_rope(lambda x, positions_offset=0: rope_in_place(x, positions_offset, odd_first=True))
+
+
+def test_apply_rope_in_place_on_a_copy_passes():
+    """Writing into x is fine once both coordinates are read first."""
+
+    def in_place_but_right(x, positions_offset=0):
+        seq, head_dim = x.shape
+        theta = 10000 ** (-torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim)
+        m = torch.arange(positions_offset, positions_offset + seq, dtype=torch.float32)[:, None]
+        cos, sin = torch.cos(m * theta), torch.sin(m * theta)
+        a, b = x[:, 0::2].clone(), x[:, 1::2].clone()
+        x[:, 0::2], x[:, 1::2] = a * cos - b * sin, a * sin + b * cos
+        return x
+
+    assert ex.check_apply_rope(in_place_but_right).passed is True
 
 
 def test_apply_rope_subtracted_offset_is_named():

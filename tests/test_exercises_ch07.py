@@ -39,6 +39,10 @@ def lm_loss(logits, input_ids, *, shift="right", flatten="right", reduction="mea
         return F.cross_entropy(pred, target)  # dim 1 read as the classes
     if flatten == "mismatched":
         return F.cross_entropy(pred.transpose(0, 1).reshape(-1, vocab), target.reshape(-1))
+    if flatten == "mismatched_targets":  # the targets transposed instead: target.T.reshape(-1)
+        return F.cross_entropy(pred.reshape(-1, vocab), target.T.reshape(-1))
+    if flatten == "both_transposed":  # both position-major: the same pairs, so the same mean
+        return F.cross_entropy(pred.transpose(0, 1).reshape(-1, vocab), target.T.reshape(-1))
     if reduction == "per_sequence_sum":
         return F.cross_entropy(pred.transpose(1, 2), target, reduction="none").sum(-1).mean()
     out = F.cross_entropy(pred.reshape(-1, vocab), target.reshape(-1), reduction=reduction)
@@ -65,6 +69,7 @@ def test_lm_loss_correct_via_library_and_by_hand():
 
     assert ex.check_lm_loss(by_hand).passed is True
     assert ex.check_lm_loss(lambda lg, ids: lm_loss(lg, ids, returns="one_element")).passed is True
+    assert ex.check_lm_loss(lambda lg, ids: lm_loss(lg, ids, flatten="both_transposed")).passed is True
 
 
 def test_lm_loss_stub_is_pending(capsys):
@@ -81,6 +86,7 @@ def test_lm_loss_stub_is_pending(capsys):
         (dict(shift="wrong_way"), r"Shifted the wrong way"),
         (dict(flatten="none"), r"without flattening: it reads dim 1 as the classes"),
         (dict(flatten="mismatched"), r"flattened in different orders"),
+        (dict(flatten="mismatched_targets"), r"flattened in different orders"),
         (dict(reduction="sum"), r"You summed the losses over all positions"),
         (dict(reduction="per_sequence_sum"), r"You summed over the positions and averaged over the batch"),
         (dict(probs="prob"), r"probability p instead of its log-probability"),
@@ -156,6 +162,8 @@ def top_k_probs(logits, k, *, n=None, renormalise=True, order="sorted", returns=
     keep[idx] = True
     if returns == "logits":
         return logits.masked_fill(~keep, float("-inf"))
+    if returns == "zero_fill":  # the dropped logits set to 0, not -inf, then the softmax
+        return logits.masked_fill(~keep, 0.0).softmax(-1)
     if returns == "uniform":
         return keep.float() / keep.sum()
     if returns == "batched":
@@ -192,6 +200,7 @@ def test_top_k_stub_is_pending(capsys):
         (dict(order="ascending"), r"\*least\* likely"),
         (dict(returns="uniform"), r"equal probability"),
         (dict(returns="logits"), r"look like filtered \*logits\*"),
+        (dict(returns="zero_fill"), r"filled the dropped logits with 0 instead of -inf.*exp\(0\) = 1"),
     ],
 )
 def test_top_k_mistakes_are_named(mistake, hint):
@@ -210,7 +219,7 @@ def test_top_k_wrong_shape_raises():
         ex.check_top_k_probs(lambda lg, k: top_k_probs(lg, k, returns="batched"))
 
 
-def top_p_probs(logits, p, *, crossing="in", extra=0, renormalise=True, order="desc", map_back=True):
+def top_p_probs(logits, p, *, crossing="in", extra=0, renormalise=True, order="desc", map_back="scatter"):
     """A reader's nucleus filter, right by default, with each mistake as a switch."""
     probs = logits.softmax(-1)
     if order == "vocab":
@@ -223,10 +232,16 @@ def top_p_probs(logits, p, *, crossing="in", extra=0, renormalise=True, order="d
     keep_sorted = (cum - sorted_p < p) if crossing == "in" else (cum < p)
     m = int(keep_sorted.sum()) + extra
     keep_sorted = torch.arange(len(probs)) < m
-    if not map_back:
+    if map_back in ("none", "gather_values"):
         out = sorted_p.masked_fill(~keep_sorted, 0.0)
-        return out / out.sum()
-    keep = torch.zeros_like(keep_sorted).scatter(0, idx, keep_sorted)
+        out = out / out.sum()
+        return out if map_back == "none" else out[idx]  # gather_values: indexed with the permutation
+    if map_back == "gather_mask":
+        keep = keep_sorted[idx]  # indexed with the permutation instead of scattered back
+    elif map_back == "inverse":
+        keep = keep_sorted[idx.argsort()]  # the inverse permutation: right
+    else:
+        keep = torch.zeros_like(keep_sorted).scatter(0, idx, keep_sorted)
     out = probs.masked_fill(~keep, 0.0)
     return out / out.sum() if renormalise else out
 
@@ -238,6 +253,10 @@ def test_top_p_correct(capsys):
 
 def test_top_p_correct_via_library():
     assert ex.check_top_p_probs(lambda lg, p: tl.next_token_probs(lg[None], top_p=p)[0]).passed is True
+
+
+def test_top_p_correct_with_the_inverse_permutation():
+    assert ex.check_top_p_probs(lambda lg, p: top_p_probs(lg, p, map_back="inverse")).passed is True
 
 
 def test_top_p_stub_is_pending(capsys):
@@ -254,7 +273,9 @@ def test_top_p_stub_is_pending(capsys):
         (dict(order="vocab"), r"vocabulary order, without sorting: the nucleus"),
         (dict(order="vocab", crossing="out"), r"without sorting, and left out the crossing token"),
         (dict(order="asc"), r"ascending order"),
-        (dict(map_back=False), r"did not map them back"),
+        (dict(map_back="none"), r"did not map them back"),
+        (dict(map_back="gather_mask"), r"mapped the sorted answer back by indexing with the permutation"),
+        (dict(map_back="gather_values"), r"mapped the sorted answer back by indexing with the permutation"),
     ],
 )
 def test_top_p_mistakes_are_named(mistake, hint):
@@ -279,3 +300,124 @@ def test_top_p_wrong_shape_and_nan_raise():
         ex.check_top_p_probs(lambda lg, p: top_p_probs(lg, p)[:5])
     with pytest.raises(ExerciseFailed, match=r"returned NaN"):
         ex.check_top_p_probs(lambda lg, p: torch.full_like(lg, float("nan")))
+
+
+# ------------------------------------------------------------------------------- causal attention
+
+
+def causal_attention(scores, *, fill="-inf", diagonal=0, when="before", order="tril", cache=True, dim=-1,
+                     use="fill"):
+    """A reader's causal attention weights, right by default, with each mistake as a switch."""
+    seq_q, seq_k = scores.shape[-2:]
+    offset = seq_k - seq_q if cache else 0
+    ones = torch.ones(seq_q, seq_k, dtype=torch.bool)
+    mask = ones.tril(offset + diagonal) if order == "tril" else ones.triu(offset + diagonal)
+    value = {"-inf": float("-inf"), "0": 0.0, "-1e9": -1e9, "finfo": torch.finfo(scores.dtype).min}[fill]
+    if use == "multiply":
+        return (scores * mask).softmax(dim)
+    if use == "add":
+        return (scores + mask).softmax(dim)
+    if use == "inverted":
+        return scores.masked_fill(mask, value).softmax(dim)
+    if use == "none":
+        return scores.softmax(dim)
+    if when == "after":
+        return scores.softmax(dim).masked_fill(~mask, 0.0)
+    if when == "after_renormalised":  # zero after the softmax, then renormalise: the same distribution
+        w = scores.softmax(dim).masked_fill(~mask, 0.0)
+        return w / w.sum(-1, keepdim=True)
+    return scores.masked_fill(~mask, value).softmax(dim)
+
+
+def test_causal_attention_correct(capsys):
+    assert ex.check_causal_attention(causal_attention).passed is True
+    assert "Correct" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("kw", [dict(fill="-1e9"), dict(fill="finfo"), dict(when="after_renormalised")])
+def test_causal_attention_equivalent_answers_pass(kw):
+    assert ex.check_causal_attention(lambda s: causal_attention(s, **kw)).passed is True
+
+
+def test_causal_attention_via_library():
+    def via_library(scores):
+        mask = tl.causal_mask(*scores.shape[-2:])
+        return scores.masked_fill(~mask, float("-inf")).softmax(-1)
+
+    assert ex.check_causal_attention(via_library).passed is True
+
+
+def test_causal_attention_stub_is_pending(capsys):
+    assert ex.check_causal_attention(stub).passed is False
+    assert "Not implemented yet" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "mistake, hint",
+    [
+        (dict(fill="0"), r"hidden scores to 0 instead of -inf .*exp\(0\) = 1"),
+        (dict(use="multiply"), r"hidden scores to 0 instead of -inf"),
+        (dict(when="after"), r"applied the mask after the softmax"),
+        (dict(diagonal=-1), r"off by one: it hides the diagonal"),
+        (dict(diagonal=-1, fill="-1e9"), r"off by one: it hides the diagonal"),
+        (dict(diagonal=1), r"off by one the other way"),
+        (dict(use="inverted"), r"mask is inverted"),
+        (dict(use="inverted", fill="-1e9"), r"mask is inverted"),
+        (dict(order="triu"), r"upper triangle"),
+        (dict(cache=False), r"ignores the cache"),
+        (dict(cache=False, fill="finfo"), r"ignores the cache"),
+        (dict(dim=-2), r"softmax over the queries"),
+        (dict(use="add"), r"added the bool mask"),
+        (dict(use="none"), r"left out the mask"),
+    ],
+)
+def test_causal_attention_mistakes_are_named(mistake, hint):
+    with pytest.raises(ExerciseFailed, match=hint):
+        ex.check_causal_attention(lambda s: causal_attention(s, **mistake))
+
+
+def test_causal_attention_mask_with_zero_is_diagnosed_on_the_first_case():
+    """Masking with 0 is named at once, on the training-time (no cache) scores, not as a generic error."""
+    with pytest.raises(ExerciseFailed, match=r"^causal_attention \(seq_q=5, seq_k=5\) is not right yet\. You set"):
+        ex.check_causal_attention(lambda s: causal_attention(s, fill="0"))
+
+
+def test_causal_attention_hints_are_specific():
+    """In each case, no mistake gives another mistake's answer, except where the case cannot tell them apart."""
+    for seq_q, seq_k in ex.CAUSAL_CASES:
+        scores = ex.causal_scores(seq_q, seq_k)
+        right = causal_attention(scores)
+        for (hint, wrong) in ex.causal_attention_mistakes(scores):
+            if seq_q == seq_k and "ignores the cache" in hint:
+                continue  # without a cache, tril(0) is the right mask
+            if seq_q == seq_k:  # the training-time case tells every other mistake from the right answer
+                assert not torch.allclose(wrong, right, atol=1e-3, equal_nan=True), hint
+    scores = ex.causal_scores(5, 5)
+    firsts = {}
+    for hint, wrong in ex.causal_attention_mistakes(scores):
+        firsts.setdefault(hint, wrong)
+    values = list(firsts.items())
+    for i, (hint_a, a) in enumerate(values):
+        for hint_b, b in values[i + 1 :]:
+            if "ignores the cache" in hint_a + hint_b:
+                continue
+            assert not torch.allclose(a, b, atol=1e-3, equal_nan=True), (hint_a[:40], hint_b[:40])
+
+
+@pytest.mark.parametrize(
+    "reader, message",
+    [
+        (lambda s: torch.full_like(s, float("nan")), r"contain NaN"),
+        (lambda s: causal_attention(s) * 0.9, r"must sum to 1"),
+        (lambda s: torch.ones_like(s) / s.shape[-1], r"on a key after it"),  # uniform over every key
+        (lambda s: causal_attention(s * 2), r"gives the wrong weights"),
+    ],
+)
+def test_causal_attention_other_wrong_answers(reader, message):
+    with pytest.raises(ExerciseFailed, match=message):
+        ex.check_causal_attention(reader)
+
+
+def test_causal_attention_wrong_shape():
+    with pytest.raises(ExerciseFailed, match=r"should return shape \(2, 3, 5, 5\)"):
+        ex.check_causal_attention(lambda s: causal_attention(s)[0])

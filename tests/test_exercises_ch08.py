@@ -18,8 +18,8 @@ def stub(*args, **kwargs):
 
 def mask(input_ids, u_choose, u_action, u_token, mask_token_id, special_ids, vocab_size, mask_prob=0.15, *,
          exclude_special=True, choose_all=False, choose_above=False, labels_everywhere=False, labels_corrupted=False,
-         labels_mask_only=False, labels_inverted=False, random_from_vocab=False, random_index=False,
-         no_random=False, random_as_mask=False, no_unchanged=False, in_place=False):
+         labels_mask_only=False, labels_inverted=False, labels_zero=False, random_from_vocab=False,
+         random_index=False, no_random=False, random_as_mask=False, no_unchanged=False, in_place=False):
     """A reader's masking, right by default, with each mistake as a switch."""
     special = torch.tensor(list(special_ids))
     maskable = ~torch.isin(input_ids, special)
@@ -52,7 +52,7 @@ def mask(input_ids, u_choose, u_action, u_token, mask_token_id, special_ids, voc
         labels = torch.where(chosen_labels, torch.full_like(original, -100), original)
     else:
         where = chosen_labels & (u_action < 0.8) if labels_mask_only else chosen_labels
-        labels = torch.where(where, source, torch.full_like(original, -100))
+        labels = torch.where(where, source, torch.full_like(original, 0 if labels_zero else -100))
     return corrupted, labels
 
 
@@ -90,6 +90,7 @@ def test_mlm_mask_stub_is_pending(capsys):
         (dict(in_place=True, labels_corrupted=False), r"changed its input_ids argument in place"),
         (dict(labels_mask_only=True), r"Your labels cover only the positions that became \[MASK\]"),
         (dict(labels_inverted=True), r"Your labels are inverted"),
+        (dict(labels_zero=True), r"Your labels are 0 at the positions that were not chosen\. 0 is a token id"),
         (dict(choose_above=True), r"u_choose >= mask_prob, about 85%"),
         (dict(choose_all=True), r"applied the 80/10/10 split to every token instead of only the chosen 15%"),
         (dict(random_from_vocab=True), r"Your random replacements can be special tokens"),
@@ -102,6 +103,17 @@ def test_mlm_mask_stub_is_pending(capsys):
 def test_mlm_mask_mistakes(mistake, hint):
     with pytest.raises(ExerciseFailed, match=hint):
         ex.check_mlm_mask(lambda *a: mask(*a, **mistake))
+
+
+def test_mlm_mask_labels_zero_written_as_a_reader_would():
+    """labels = input_ids * chosen: the original where chosen, 0 elsewhere."""
+    def fn(ids, uc, ua, ut, m, sp, v, p):
+        corrupted, labels = mask(ids, uc, ua, ut, m, sp, v, p)
+        chosen = labels != -100
+        return corrupted, ids * chosen
+
+    with pytest.raises(ExerciseFailed, match=r"Put IGNORE_INDEX \(-100\) there: F\.cross_entropy skips that label"):
+        ex.check_mlm_mask(fn)
 
 
 def test_mlm_mask_specials_corrupted_with_right_labels():
@@ -176,9 +188,11 @@ def test_mlm_mask_error_in_reader_code_is_reported():
 
 
 def loss(hidden, input_ids, labels, head, *, select=True, inverted=False, all_positions=False,
-         all_with_inputs=False, corrupted_targets=False, reduction="mean", softmax=False):
-    """A reader's masked loss, right by default, with each mistake as a switch."""
-    m = labels != -100
+         all_with_inputs=False, corrupted_targets=False, reduction="mean", softmax=False, mask_token=None):
+    """A reader's masked loss, right by default, with each mistake as a switch.
+
+    ``mask_token``: select the positions whose input is that id instead of labels != -100."""
+    m = labels != -100 if mask_token is None else input_ids == mask_token
     if inverted:
         m = ~m
         return F.cross_entropy(head(hidden[m]), input_ids[m])
@@ -219,6 +233,9 @@ def test_masked_lm_loss_stub_is_pending(capsys):
         (dict(inverted=True), r"Your head ran on the 31 positions where labels == -100"),
         (dict(reduction="sum"), r"You summed the losses over the chosen positions"),
         (dict(softmax=True), r"You applied a softmax before F\.cross_entropy"),
+        (dict(mask_token=65), r"Your loss covers only the 7 positions whose input is \[MASK\] \(65\), not all 9 chosen"),
+        (dict(mask_token=65, select=False), r"covers only the 7 positions whose input is \[MASK\]"),
+        (dict(mask_token=103), r"Your head ran on no position at all \(an empty selection gives the mean of nothing"),
     ],
 )
 def test_masked_lm_loss_mistakes(mistake, hint):
@@ -235,6 +252,8 @@ def test_masked_lm_loss_mistakes_are_distinguishable():
     assert all(abs(v - right) > 1e-3 for v in values)
     assert all(abs(a - b) > 1e-3 for i, a in enumerate(values) for b in values[i + 1:])
     assert (ids[m] != labels[m]).sum() == m.sum() - 1  # one chosen position kept its token
+    assert (ids == ex.LOSS_MASK).sum() == m.sum() - 2  # and one became a random token: 7 [MASK] of 9 chosen
+    assert not (labels == ex.LOSS_MASK).any() and ex.LOSS_MASK == ex.LOSS_VOCAB - 1  # the chapter's [MASK]
 
 
 def test_masked_lm_loss_unknown_mistake_reports_the_values():

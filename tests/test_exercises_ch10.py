@@ -35,6 +35,12 @@ def test_llama_kwargs_correct(capsys):
 def test_llama_kwargs_accepts_a_config_and_harmless_extras():
     assert ex.check_llama_kwargs(lambda: tl.GPT2Config(**LLAMA)).passed is True
     assert ex.check_llama_kwargs(lambda: {**LLAMA, "norm_eps": 1e-6, "ffn_multiple_of": 256, "d_model": 4096}).passed is True
+    assert ex.check_llama_kwargs(lambda: {**LLAMA, "dropout": 0.0}).passed is True  # LLaMA's (no dropout)
+
+
+def test_llama_kwargs_config_with_dropout_is_diagnosed():
+    with pytest.raises(ExerciseFailed, match=r"dropout=0.2: LLaMA's code has no dropout"):
+        ex.check_llama_kwargs(lambda: tl.GPT2Config(**LLAMA, dropout=0.2))
 
 
 def test_llama_kwargs_stub_is_pending(capsys):
@@ -59,6 +65,7 @@ def test_llama_kwargs_stub_is_pending(capsys):
         (with_(tie_weights=None), r"output head is still tied .*tie_weights=False"),
         (with_(norm_position="post"), r"norm_position='post' is the original Transformer's"),
         (with_(d_ff=256), r"Leave d_ff out \(None\)"),
+        (with_(dropout=0.1), r"dropout=0.1: LLaMA's code has no dropout anywhere"),
     ],
 )
 def test_llama_kwargs_each_missing_swap(answer, hint):

@@ -26,17 +26,19 @@ def distinct(values, right):
 # ----------------------------------------------------------------------------------- (a) FLOPs
 
 
-def flops(N, L, H, Q, T, *, mistake=None):
+def flops(N, L, H, d_head, T, *, mistake=None):
     """A reader's FLOPs per token, right by default, with each mistake as a switch."""
     return {
-        None: 6 * N + 12 * L * H * Q * T,
+        None: 6 * N + 12 * L * H * d_head * T,
         "no_attention": 6 * N,
-        "forward_only": 2 * N + 4 * L * H * Q * T,
-        "one_per_madd": 3 * N + 6 * L * H * Q * T,
-        "quadratic": 6 * N + 12 * L * H * Q * T * T,
-        "no_heads": 6 * N + 12 * L * Q * T,
-        "no_layers": 6 * N + 12 * H * Q * T,
-        "six": 6 * N + 6 * L * H * Q * T,
+        "forward_only": 2 * N + 4 * L * H * d_head * T,
+        "one_per_madd": 3 * N + 6 * L * H * d_head * T,
+        "quadratic": 6 * N + 12 * L * H * d_head * T * T,
+        "no_heads": 6 * N + 12 * L * d_head * T,
+        "no_layers": 6 * N + 12 * H * d_head * T,
+        # the causal count: each query meets about half the keys (exactly (T + 1) / 2 on average)
+        "causal_half": 6 * N + 6 * L * H * d_head * T,
+        "causal_exact": 6 * N + 12 * L * H * d_head * (T + 1) / 2,
     }[mistake]
 
 
@@ -55,7 +57,9 @@ def test_flops_stub_is_pending(capsys):
 @pytest.mark.parametrize("mistake, hint", [
     ("no_attention", r"left out attention's own work"), ("forward_only", r"forward pass only"),
     ("one_per_madd", r"multiply-add as one operation"), ("quadratic", r"grows with seq_len squared"),
-    ("no_heads", r"missing the heads"), ("no_layers", r"missing the layers"), ("six", r"used 6 for the attention term"),
+    ("no_heads", r"missing the heads"), ("no_layers", r"missing the layers"),
+    ("causal_half", r"that is the causal count .* a valid way to count the work\. This exercise asks for PaLM's count"),
+    ("causal_exact", r"counted the causal products exactly: .* a valid count; this exercise asks for PaLM's count"),
 ])
 def test_flops_mistakes_are_named(mistake, hint):
     with pytest.raises(ExerciseFailed, match=hint):
@@ -65,6 +69,36 @@ def test_flops_mistakes_are_named(mistake, hint):
 def test_flops_hints_are_specific_on_the_first_case():
     case = ex.FLOPS_CASES[0]
     distinct(list(ex.flops_mistakes(*case).values()), speed.flops_per_token(*case))
+
+
+def test_flops_causal_count_is_half_the_attention_term():
+    """The causal hints describe what a causal kernel computes: query t meets t keys, so the
+    attention products cost sum_t 2 x 2 t d_head FLOPs forward per head and layer, x 3 with the
+    backward pass, about half of PaLM's full-product count."""
+    N, L, H, d_head, T = ex.FLOPS_CASES[0]
+    causal = 6 * N + L * H * sum(3 * 2 * 2 * t * d_head for t in range(1, T + 1)) / T
+    assert causal == flops(N, L, H, d_head, T, mistake="causal_exact")
+    full = speed.flops_per_token(N, L, H, d_head, T)
+    assert (causal - 6 * N) / (full - 6 * N) == pytest.approx(0.5, abs=1 / T)
+
+
+def test_flops_cases_are_the_sizes_the_docstring_names():
+    """The second case is the baby size (4 layers, 4 heads, d_model 128, context 64, 65 characters)
+    with biases, the third GPT-2 small: N is their parameters in matrix products, as tl.speed counts them."""
+    import transformer_lib as tl
+
+    with torch.device("meta"):  # sizes only, no memory
+        baby = tl.GPT2(tl.GPT2Config(vocab_size=65, n_ctx=64, d_model=128, n_layers=4, n_heads=4, bias=True))
+        small = tl.GPT2(tl.GPT2Config(vocab_size=50257, n_ctx=1024, d_model=768, n_layers=12, n_heads=12,
+                                      bias=True))
+    assert ex.FLOPS_CASES[1] == (speed.matmul_parameters(baby), 4, 4, 32, 64)
+    assert ex.FLOPS_CASES[2] == (speed.matmul_parameters(small), 12, 12, 64, 1024)
+
+
+def test_flops_correct_message_names_palms_count(capsys):
+    assert ex.check_flops_per_token(flops).passed is True
+    out = capsys.readouterr().out
+    assert "PaLM's count" in out and "counted causally" in out
 
 
 def test_flops_other_errors():

@@ -110,3 +110,88 @@ def test_generate_restores_training_mode():
     model = tiny_gpt2().train()
     tl.generate(model, torch.zeros(1, 2, dtype=torch.long), 2)
     assert model.training
+
+
+# ---- beam search (chapter 9) ----------------------------------------------------------------
+
+
+def _hf_tiny_gpt2():
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(vocab_size=23, n_positions=32, n_embd=16, n_layer=2, n_head=2,
+                                     bos_token_id=1, eos_token_id=3, pad_token_id=3)
+    hf = transformers.GPT2LMHeadModel(config).eval()
+    with torch.no_grad():
+        hf.transformer.wte.weight[3] *= 4  # EOS (3) likelier, so that hypotheses end at different lengths
+    return hf, tl.gpt2_from_hf(hf)
+
+
+@pytest.mark.parametrize("num_beams, length_penalty, early_stopping, eos", [
+    (4, 1.0, False, 3), (3, 0.6, False, 3), (4, 0.0, True, 3), (5, -1.0, False, 3), (2, 2.0, False, None),
+])
+def test_beam_search_equals_hugging_face(num_beams, length_penalty, early_stopping, eos):
+    hf, ours = _hf_tiny_gpt2()
+    ended_early = 0
+    for seed in range(8):
+        prompt = torch.randint(0, 23, (3, 4), generator=torch.Generator().manual_seed(seed))
+        hf_eos = {"eos_token_id": eos, "pad_token_id": 5}
+        ref = hf.generate(prompt, attention_mask=torch.ones_like(prompt), num_beams=num_beams, do_sample=False,
+                          max_new_tokens=12, length_penalty=length_penalty, early_stopping=early_stopping, **hf_eos)
+        got = tl.generate(ours, prompt, 12, num_beams=num_beams, do_sample=False, length_penalty=length_penalty,
+                          early_stopping=early_stopping, eos_token_id=eos, pad_token_id=5)
+        assert torch.equal(got, ref), (seed, got, ref)
+        ended_early += got.shape[1] < 16
+    if eos is not None:
+        assert ended_early, "no hypothesis ended at EOS: the EOS path was not exercised"
+
+
+def test_beam_search_with_enough_beams_is_exhaustive_search():
+    """With vocab^(n-1) beams every prefix survives, so the result is the most probable sequence."""
+    torch.manual_seed(0)
+    model = tl.EncoderDecoder(tl.EncoderDecoderConfig(vocab_size=5, src_vocab_size=7, n_ctx=8, d_model=16,
+                                                      n_layers=1, n_heads=2)).eval()
+    src = torch.tensor([[1, 4, 2, 6], [5, 5, 0, 3]])
+    out = model.generate(src, bos_token_id=0, max_new_tokens=3, num_beams=25, length_penalty=0.0)
+    all_tails = torch.cartesian_prod(*[torch.arange(5)] * 3)  # (125, 3) every continuation
+    for row in range(2):
+        tgt = torch.cat([torch.zeros(125, 1, dtype=torch.long), all_tails], dim=1)
+        logp = model(src[row : row + 1].expand(125, -1), tgt[:, :-1]).log_softmax(-1)
+        total = logp.gather(-1, tgt[:, 1:, None]).squeeze(-1).sum(-1)
+        assert torch.equal(out[row], tgt[total.argmax()])
+
+
+def test_one_beam_is_greedy():
+    model = tiny_gpt2()
+    prompt = torch.randint(0, 97, (2, 4), generator=torch.Generator().manual_seed(0))
+    greedy = tl.generate(model, prompt, 6, do_sample=False)
+    assert torch.equal(tl.beam_search(lambda ids: model(ids)[:, -1], prompt, 6, 1, vocab_size=97), greedy)
+    torch.manual_seed(0)
+    ed = tl.EncoderDecoder(tl.EncoderDecoderConfig(vocab_size=11, src_vocab_size=7, n_ctx=12, d_model=16,
+                                                   n_layers=1, n_heads=2)).eval()
+    src = torch.randint(0, 7, (3, 5), generator=torch.Generator().manual_seed(1))
+    beams = ed.generate(src, 0, 6, num_beams=3)
+    assert beams.shape == (3, 7) and (beams[:, 0] == 0).all()
+
+
+def test_generate_refuses_models_that_are_not_decoders():
+    from .conftest import tiny_bert
+    prompt = torch.zeros(1, 3, dtype=torch.long)
+    with pytest.raises(TypeError, match=r"tl.generate needs a decoder-only language model .* got BERT\. "
+                                        r"An encoder such as BERT .* fill in \[MASK\]s"):
+        tl.generate(tiny_bert(), prompt, 2)
+    ed = tl.EncoderDecoder(tl.EncoderDecoderConfig(vocab_size=11, src_vocab_size=7, n_ctx=12, d_model=16,
+                                                   n_layers=1, n_heads=2))
+    with pytest.raises(TypeError, match=r"got EncoderDecoder\. For the encoder-decoder use its own model.generate"):
+        tl.generate(ed, prompt, 2)
+
+
+def test_beam_search_errors():
+    model, prompt = tiny_gpt2(), torch.zeros(1, 3, dtype=torch.long)
+    with pytest.raises(ValueError, match=r"beam search is deterministic: pass do_sample=False"):
+        tl.generate(model, prompt, 2, num_beams=2)
+    with pytest.raises(ValueError, match=r"3 tokens \+ max_new_tokens=30 > n_ctx=24"):
+        tl.generate(model, prompt, 30, num_beams=2, do_sample=False)
+    with pytest.raises(ValueError, match=r"num_beams must be in \[1, inf\], got 0"):
+        tl.generate(model, prompt, 2, num_beams=0, do_sample=False)
+    with pytest.raises(ValueError, match=r"eos_token_id must be in \[0, 96\], got 97"):
+        tl.generate(model, prompt, 2, num_beams=2, do_sample=False, eos_token_id=97)

@@ -18,7 +18,7 @@ def test_flops_per_token_of_gpt2_small():
     # the tied token embedding is the head's matrix, so it stays
     n = 124_439_808 - 1024 * 768
     assert speed.matmul_parameters(model) == n
-    attention = 12 * 12 * 12 * 64 * 1024  # 12 L H Q T with L = H = 12, Q = 64, T = 1024
+    attention = 12 * 12 * 12 * 64 * 1024  # 12 L H d_head T with L = H = 12, d_head = 64, T = 1024
     assert speed.model_flops_per_token(model) == 6 * n + attention
     assert speed.model_flops_per_token(model, seq_len=256) == 6 * n + attention // 4
     assert speed.flops_per_token(n, 12, 12, 64, 1024) == 6 * n + attention

@@ -21,6 +21,62 @@ def test_warmup_then_cosine():
     assert lrs[110] == lrs[119] == pytest.approx(1e-4)
 
 
+def test_inverse_sqrt_schedule_is_the_papers():
+    """Vaswani et al. 2017, eq. 3: lrate = d_model^-0.5 * min(n^-0.5, n * warmup^-1.5), n = step + 1."""
+    peak = tl.transformer_peak_lr(512, 4000)
+    assert peak == pytest.approx(6.9877e-4, rel=1e-4)
+    for step in (0, 1, 999, 3998, 3999, 4000, 10_000, 99_999):
+        n = step + 1
+        paper = 512**-0.5 * min(n**-0.5, n * 4000**-1.5)
+        assert tl.inverse_sqrt_lr(step, peak, 4000) == pytest.approx(paper, rel=1e-12)
+    lrs = [tl.inverse_sqrt_lr(s, 1.0, 10) for s in range(40)]
+    assert max(lrs) == lrs[9] == 1.0 and lrs[39] == pytest.approx(math.sqrt(10 / 40))
+
+
+def test_train_uses_the_chosen_schedule_and_adam_eps():
+    model = tiny_gpt2()
+    data = torch.randint(0, 97, (2000,))
+    seen = []
+
+    class Lrs(tl.Callback):
+        def on_step(self, state, model):
+            seen.append(state.lr)
+
+    config = tl.TrainConfig(max_steps=12, lr=1e-3, warmup_steps=4, schedule="inverse_sqrt", eps=1e-9,
+                            eval_interval=100, eval_steps=1, device="cpu", progress=False)
+    tl.train(model, tl.BatchSampler(data, 2, 8), config=config, callbacks=[Lrs()])
+    assert seen == pytest.approx([tl.inverse_sqrt_lr(s, 1e-3, 4) for s in range(12)])
+    step = TrainStep(tiny_gpt2(), config)
+    assert all(g["eps"] == 1e-9 for g in step.optimizer.param_groups)
+    with pytest.raises(ValueError, match=r"schedule must be one of \('cosine', 'inverse_sqrt'\), got 'noam'"):
+        tl.TrainConfig(schedule="noam")
+
+
+def test_label_smoothing_matches_torch_and_is_only_in_training():
+    torch.manual_seed(0)
+    logits, targets = torch.randn(2, 5, 11), torch.randint(0, 11, (2, 5))
+    targets[0, 0] = tl.IGNORE_INDEX
+    smoothed = tl.causal_lm_loss(logits, targets, label_smoothing=0.1)
+    # by hand: (1 - eps) * NLL + eps * mean over the vocabulary of -log p, over the counted positions
+    logp, keep = logits.log_softmax(-1).flatten(0, 1), targets.flatten() != tl.IGNORE_INDEX
+    nll = -logp[keep].gather(1, targets.flatten()[keep, None]).squeeze(1)
+    by_hand = (0.9 * nll + 0.1 * -logp[keep].mean(-1)).mean()
+    assert smoothed.item() == pytest.approx(by_hand.item(), rel=1e-6)
+    assert tl.causal_lm_loss(logits, targets).item() == pytest.approx(nll.mean().item(), rel=1e-6)
+    model = tiny_gpt2()
+    x, y = torch.randint(0, 97, (2, 8)), torch.randint(0, 97, (2, 8))
+    assert model.loss(x, y, label_smoothing=0.1) > model.loss(x, y)
+    with pytest.raises(ValueError, match=r"label_smoothing must be a number in \[0, 1\), got 1.0"):
+        model.loss(x, y, label_smoothing=1.0)
+    config = tl.TrainConfig(label_smoothing=0.1, device="cpu", progress=False)
+    step = TrainStep(model, config)
+    assert step.loss_fn(model, (x, y)).item() == pytest.approx(model.loss(x, y, label_smoothing=0.1).item())
+    with pytest.raises(ValueError, match=r"label_smoothing=...\), but your loss_fn has no such argument"):
+        TrainStep(model, config, loss_fn=lambda m, b: m.loss(*b))
+    own = TrainStep(model, config, loss_fn=lambda m, b, label_smoothing=0.0: m.loss(*b, label_smoothing=label_smoothing))
+    assert own.loss_fn(model, (x, y)).item() == pytest.approx(model.loss(x, y, label_smoothing=0.1).item())
+
+
 def test_weight_decay_only_on_matrices_and_tied_tensor_once():
     model = tiny_gpt2()
     opt = make_optimizer(model, 1e-3, weight_decay=0.1)

@@ -22,7 +22,7 @@ chapter                                     module
 
 from .config import TransformerConfig
 from .data import BatchSampler, CharTokenizer, MLMCollator, get_batch, gpt2_tokenizer, load_tiny_shakespeare, train_val_split
-from .generation import generate, next_token_probs, sample_next_token
+from .generation import beam_search, generate, next_token_probs, sample_next_token
 from .init import init_weights_
 from .layers import (
     DecoderBlock,
@@ -50,7 +50,8 @@ from .layers import (
 )
 from . import measurements
 from .params import count_parameters
-from .training import Callback, TrainConfig, TrainState, TrainStep, auto_device, load_checkpoint, lr_at, save_checkpoint, train
+from .training import (Callback, TrainConfig, TrainState, TrainStep, auto_device, inverse_sqrt_lr, load_checkpoint, lr_at,
+                       save_checkpoint, train, transformer_peak_lr)
 from . import speed
 from .speed import fast_path, set_cpu_threads
 from .losses import IGNORE_INDEX, causal_lm_loss, masked_lm_loss
@@ -63,8 +64,8 @@ __all__ = [
     "GPT2", "GPT2Config", "GatedFeedForward", "IGNORE_INDEX", "KVCache", "LayerNorm",
     "LearnedPositionalEmbedding", "MultiHeadAttention", "RMSNorm", "RotaryEmbedding",
     "ScaledSinusoidalPositionalEncoding", "SinusoidalPositionalEncoding", "TokenEmbedding", "TransformerBlock", "TransformerConfig",
-    "auto_device", "bert_from_hf", "get_batch", "load_checkpoint", "lr_at", "save_checkpoint", "train", "train_val_split", "capture_attention", "causal_lm_loss", "fast_path", "set_cpu_threads", "speed", "causal_mask", "combine_masks", "count_parameters",
-    "gated_hidden_size", "generate", "gpt2_from_hf", "gpt2_tokenizer", "hub_reachable", "init_weights_", "load_tiny_shakespeare", "make_ffn", "make_norm", "masked_lm_loss",
+    "auto_device", "bert_from_hf", "get_batch", "load_checkpoint", "lr_at", "inverse_sqrt_lr", "transformer_peak_lr", "save_checkpoint", "train", "train_val_split", "capture_attention", "causal_lm_loss", "fast_path", "set_cpu_threads", "speed", "causal_mask", "combine_masks", "count_parameters",
+    "beam_search", "gated_hidden_size", "generate", "gpt2_from_hf", "gpt2_tokenizer", "hub_reachable", "init_weights_", "load_tiny_shakespeare", "make_ffn", "make_norm", "masked_lm_loss",
     "next_token_probs", "padding_mask", "sample_next_token", "scaled_dot_product_attention",
     "sinusoidal_encoding",
 ]

@@ -18,7 +18,13 @@ def _check_labels(name: str, labels: Tensor) -> None:
         raise TypeError(f"{name} must hold integer token ids (torch.long), got dtype {labels.dtype}")
 
 
-def causal_lm_loss(logits: Tensor, targets: Tensor) -> Tensor:
+def _check_smoothing(label_smoothing: float) -> None:
+    if isinstance(label_smoothing, bool) or not isinstance(label_smoothing, (int, float)) \
+            or not 0.0 <= label_smoothing < 1.0:
+        raise ValueError(f"label_smoothing must be a number in [0, 1), got {label_smoothing!r}")
+
+
+def causal_lm_loss(logits: Tensor, targets: Tensor, label_smoothing: float = 0.0) -> Tensor:
     """Mean cross-entropy of predicting ``targets`` from ``logits``.
 
     Args:
@@ -26,6 +32,9 @@ def causal_lm_loss(logits: Tensor, targets: Tensor) -> Tensor:
         targets: ``(batch, seq)``, the *next* token at each position, i.e. the inputs shifted
             left by one (``inputs = tokens[:, :-1]``, ``targets = tokens[:, 1:]``);
             ``IGNORE_INDEX`` where there is nothing to predict.
+        label_smoothing: ``eps``: the target distribution puts ``1 - eps`` on the right token and
+            spreads ``eps`` evenly over the whole vocabulary (Szegedy et al. 2016; Vaswani et al.
+            2017 train with 0.1). 0: plain cross-entropy.
     """
     if logits.dim() != 3 or targets.shape != logits.shape[:2]:
         raise ValueError(
@@ -33,14 +42,16 @@ def causal_lm_loss(logits: Tensor, targets: Tensor) -> Tensor:
             f"got {tuple(logits.shape)} and {tuple(targets.shape)}"
         )
     _check_labels("targets", targets)
-    return F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), ignore_index=IGNORE_INDEX)
+    _check_smoothing(label_smoothing)
+    return F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), ignore_index=IGNORE_INDEX,
+                           label_smoothing=label_smoothing)
 
 
-def masked_lm_loss(logits: Tensor, labels: Tensor) -> Tensor:
+def masked_lm_loss(logits: Tensor, labels: Tensor, label_smoothing: float = 0.0) -> Tensor:
     """Cross-entropy at the masked positions only.
 
     ``logits``: ``(n_masked, vocab)`` (from ``BERT(..., masked_positions=...)``), ``labels``:
-    ``(n_masked,)`` the original tokens there.
+    ``(n_masked,)`` the original tokens there; ``label_smoothing`` as in :func:`causal_lm_loss`.
     """
     if logits.dim() != 2 or labels.shape != logits.shape[:1]:
         raise ValueError(
@@ -48,6 +59,7 @@ def masked_lm_loss(logits: Tensor, labels: Tensor) -> Tensor:
             f"got {tuple(logits.shape)} and {tuple(labels.shape)}"
         )
     _check_labels("labels", labels)
+    _check_smoothing(label_smoothing)
     if labels.numel() == 0:
         raise ValueError("there are no masked positions to predict (every label is IGNORE_INDEX)")
-    return F.cross_entropy(logits.float(), labels)
+    return F.cross_entropy(logits.float(), labels, label_smoothing=label_smoothing)

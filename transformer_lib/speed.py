@@ -4,9 +4,16 @@ Taught in chapter 11, *Making it fast* (``book/11_making_it_fast.ipynb``); used 
 ``python -m benchmarks``.
 
 A training step does ``6 N`` floating-point operations per token in its matrix products (2 for
-each multiply-add, forward; twice that backward) plus ``12 L H Q T`` in attention (Chowdhery et
-al., 2022, appendix B). *Model FLOPs utilisation* (MFU) is the fraction of the device's peak
-that a run achieves: ``tokens/s x FLOPs per token / peak FLOP/s``.
+each multiply-add, forward; twice that backward) plus ``12 L H d_head T`` in attention, with ``L``
+layers of ``H`` heads of width ``d_head`` over ``T`` positions (Chowdhery et al., 2022, appendix B,
+who write it ``6N + 12LHQT`` with ``Q`` the head width). Like PaLM, this counts the full ``T x T``
+products ``Q K^T`` and ``weights @ V``; a causal kernel computes only about half of them, so
+``6 L H d_head T`` is a valid count of its work, but MFU figures quoted after PaLM use the full one.
+
+*Model FLOPs utilisation* (MFU), as PaLM defines it: the observed throughput times the model FLOPs
+per token, divided by the hardware's theoretical peak FLOP/s (a data sheet's figure, :data:`PEAK_FLOPS`):
+``tokens/s x FLOPs per token / peak FLOP/s``. A rate measured on the machine (a large matrix
+product) is not that peak, and the ratio against it is not MFU.
 """
 
 from __future__ import annotations
@@ -107,11 +114,13 @@ def peak_flops(device_name: str) -> float | None:
 
 
 def flops_per_token(n_params: int, n_layers: int, n_heads: int, d_head: int, seq_len: int) -> int:
-    """Training FLOPs per token, forward and backward: ``6 N + 12 L H Q T``.
+    """Training FLOPs per token, forward and backward, as PaLM counts them: ``6 N + 12 L H d_head T``.
 
     ``N`` parameters in matrix products, each doing a multiply and an add per token forward (2N)
     and twice that backward (4N); attention's ``Q K^T`` and ``weights @ V`` add ``2 x 2 T d_head``
-    per head and layer forward, times 3 with the backward pass.
+    per head and layer forward, times 3 with the backward pass. That is the full ``T x T``
+    product (Chowdhery et al., 2022, appendix B); a causal kernel skips the masked half, about
+    ``6 L H d_head T``.
     """
     sizes = {"n_params": n_params, "n_layers": n_layers, "n_heads": n_heads, "d_head": d_head,
              "seq_len": seq_len}
@@ -143,7 +152,11 @@ def model_flops_per_token(model: nn.Module, seq_len: int | None = None) -> int:
 
 
 def mfu(tokens_per_second: float, flops_per_token: float, peak: float) -> float:
-    """Model FLOPs utilisation: the fraction of ``peak`` FLOP/s that the model's useful work reaches."""
+    """Model FLOPs utilisation: the fraction of ``peak`` FLOP/s that the model's useful work reaches.
+
+    ``peak`` is the hardware's theoretical peak (PaLM's definition), e.g. :func:`peak_flops` of a GPU
+    for the precision it trains in; against a measured rate the same ratio is something else.
+    """
     for name, value in (("tokens_per_second", tokens_per_second), ("flops_per_token", flops_per_token), ("peak", peak)):
         if not is_real(value) or value < 0 or (name == "peak" and value == 0):
             raise ValueError(f"{name} must be a number {'> 0' if name == 'peak' else '>= 0'}, got {value!r}")

@@ -3,7 +3,7 @@
 Taught in chapter 7, *GPT-2* (``book/07_gpt2.ipynb``); reused by chapters 6, 8, 9 and 10.
 
     for step in range(max_steps):
-        lr = warmup then cosine(step)
+        lr = warm-up, then cosine decay (or the original Transformer's inverse square root)
         loss = loss_fn(model, next batch)          # bf16/fp16 autocast on a GPU
         loss.backward(); clip gradients; AdamW step
         every eval_interval steps: mean train and validation loss on a few batches, callbacks
@@ -18,10 +18,12 @@ not to biases and norm gains, as in GPT-2 and nanoGPT.
 
 from __future__ import annotations
 
+import inspect
 import math
 import time
 from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any, Callable
 
@@ -54,15 +56,40 @@ def lr_at(step: int, lr: float, min_lr: float, warmup_steps: int, max_steps: int
     return min_lr + 0.5 * (1.0 + math.cos(math.pi * progress)) * (lr - min_lr)
 
 
+def inverse_sqrt_lr(step: int, lr: float, warmup_steps: int) -> float:
+    """The original Transformer's schedule (Vaswani et al. 2017, eq. 3): linear warm-up to ``lr``
+    over ``warmup_steps``, then decay as ``1/sqrt(step)``. Defined in chapter 9.
+
+    With ``lr = transformer_peak_lr(d_model, warmup_steps)`` it is the paper's
+    ``d_model**-0.5 * min(n**-0.5, n * warmup_steps**-1.5)`` at step ``n = step + 1``.
+    """
+    n = step + 1
+    if warmup_steps == 0:
+        return lr / math.sqrt(n)
+    return lr * min(n / warmup_steps, math.sqrt(warmup_steps / n))
+
+
+def transformer_peak_lr(d_model: int, warmup_steps: int) -> float:
+    """The peak of the paper's schedule, reached at the end of warm-up: ``(d_model * warmup)**-0.5``
+    (7.0e-4 for the base model: d_model 512, 4000 warm-up steps)."""
+    check_int("d_model", d_model, low=1)
+    check_int("warmup_steps", warmup_steps, low=1)
+    return (d_model * warmup_steps) ** -0.5
+
+
+SCHEDULES = ("cosine", "inverse_sqrt")
+
+
 def make_optimizer(
-    model: nn.Module, lr: float, weight_decay: float = 0.1, betas: tuple[float, float] = (0.9, 0.95), fused: bool | None = None
+    model: nn.Module, lr: float, weight_decay: float = 0.1, betas: tuple[float, float] = (0.9, 0.95),
+    fused: bool | None = None, eps: float = 1e-8,
 ) -> torch.optim.AdamW:
     """AdamW with two groups: matrices (dim >= 2) decayed, vectors (biases, norm gains) not.
 
     ``fused``: one kernel updates every tensor (instead of a handful of ops per tensor). None: on
     CUDA only; True: wherever PyTorch has the kernel (CPU included), else the default
     implementation; False: never. The fused kernel rounds differently, so results change in the
-    last digits.
+    last digits. ``eps``: Adam's epsilon (the original Transformer: 1e-9).
     """
     params = list({id(p): p for p in model.parameters() if p.requires_grad}.values())  # a tied tensor once
     decay = [p for p in params if p.dim() >= 2]
@@ -72,10 +99,10 @@ def make_optimizer(
         fused = bool(params) and all(p.is_cuda for p in params)
     elif fused:
         try:
-            return torch.optim.AdamW(groups, lr=lr, betas=betas, fused=True)
+            return torch.optim.AdamW(groups, lr=lr, betas=betas, eps=eps, fused=True)
         except RuntimeError:  # no fused kernel for this device or dtype
             fused = False
-    return torch.optim.AdamW(groups, lr=lr, betas=betas, fused=fused)
+    return torch.optim.AdamW(groups, lr=lr, betas=betas, eps=eps, fused=fused)
 
 
 def to_device(batch: Batch, device: torch.device) -> Batch:
@@ -88,8 +115,9 @@ def to_device(batch: Batch, device: torch.device) -> Batch:
     return batch
 
 
-def default_loss(model: nn.Module, batch: Batch) -> Tensor:
-    """``model.loss(*batch)`` for a tuple (GPT-2: inputs, targets), ``model.mlm_loss(**batch)`` for a dict (BERT)."""
+def default_loss(model: nn.Module, batch: Batch, label_smoothing: float = 0.0) -> Tensor:
+    """``model.loss(*batch)`` for a tuple (GPT-2: inputs, targets), ``model.mlm_loss(**batch)``
+    for a dict (BERT); ``label_smoothing`` is passed on when it is not 0."""
     method = "mlm_loss" if isinstance(batch, dict) else "loss"
     loss = getattr(model, method, None)
     if not callable(loss):
@@ -97,7 +125,8 @@ def default_loss(model: nn.Module, batch: Batch) -> Tensor:
             f"the default loss_fn calls model.{method}(...) for a {type(batch).__name__} batch, but "
             f"{type(model).__name__} has no {method}() method: pass loss_fn=your_loss(model, batch)"
         )
-    return loss(**batch) if isinstance(batch, dict) else loss(*batch)
+    kwargs = {"label_smoothing": label_smoothing} if label_smoothing else {}
+    return loss(**batch, **kwargs) if isinstance(batch, dict) else loss(*batch, **kwargs)
 
 
 @dataclass
@@ -108,8 +137,11 @@ class TrainConfig:
     lr: float = 1e-3
     min_lr: float | None = None  # None: lr / 10
     warmup_steps: int = 100
+    schedule: str = "cosine"  # or "inverse_sqrt": the original Transformer's (min_lr unused)
     weight_decay: float = 0.1
     betas: tuple[float, float] = (0.9, 0.95)
+    eps: float = 1e-8  # Adam's epsilon
+    label_smoothing: float = 0.0  # the training loss only; evaluations report plain cross-entropy
     grad_clip: float | None = 1.0
     eval_interval: int = 100  # steps between evaluations (and log lines)
     eval_steps: int = 20  # batches averaged per evaluation
@@ -129,6 +161,11 @@ class TrainConfig:
         check_int("eval_interval", self.eval_interval, low=1)
         check_int("eval_steps", self.eval_steps, low=1)
         check_positive("lr", self.lr)
+        check_positive("eps", self.eps)
+        if self.schedule not in SCHEDULES:
+            raise ValueError(f"schedule must be one of {SCHEDULES}, got {self.schedule!r}")
+        if not isinstance(self.label_smoothing, (int, float)) or not 0 <= self.label_smoothing < 1:
+            raise ValueError(f"label_smoothing must be in [0, 1), got {self.label_smoothing!r}")
         if self.min_lr is None:
             self.min_lr = self.lr / 10
         if not 0 <= self.min_lr <= self.lr:
@@ -218,7 +255,12 @@ class TrainStep:
         self.dtype, use_scaler = autocast_settings(self.device, config.mixed_precision)
         self.scaler = torch.amp.GradScaler("cuda", enabled=use_scaler)
         self.optimizer = make_optimizer(model, config.lr, config.weight_decay, config.betas,
-                                        fused=config.fused_optimizer)
+                                        fused=config.fused_optimizer, eps=config.eps)
+        if config.label_smoothing:  # training only: evaluations call loss_fn without it
+            if "label_smoothing" not in inspect.signature(loss_fn).parameters:
+                raise ValueError("TrainConfig.label_smoothing is passed to loss_fn(model, batch, "
+                                 "label_smoothing=...), but your loss_fn has no such argument")
+            loss_fn = partial(loss_fn, label_smoothing=config.label_smoothing)
         # compile the loss, not the model: model.loss(...) calls the module itself, which
         # torch.compile(model) would leave uncompiled
         self.loss_fn = torch.compile(loss_fn) if config.compile else loss_fn
@@ -296,7 +338,10 @@ def train(
         for step in range(config.max_steps):
             if step % config.eval_interval == 0:
                 evaluate(step)
-            state.lr = lr_at(step, config.lr, config.min_lr, config.warmup_steps, config.max_steps)
+            if config.schedule == "cosine":
+                state.lr = lr_at(step, config.lr, config.min_lr, config.warmup_steps, config.max_steps)
+            else:  # the original Transformer's
+                state.lr = inverse_sqrt_lr(step, config.lr, config.warmup_steps)
             step_fn(train_batches(), state.lr)  # the loss stays on the device: no sync
             if bar is not None:
                 bar.update(1)

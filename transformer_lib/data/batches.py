@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .._checks import check_int
+from .._checks import check_int, is_real
 
 
 def train_val_split(ids: Tensor, val_fraction: float = 0.1) -> tuple[Tensor, Tensor]:
@@ -23,8 +23,12 @@ def train_val_split(ids: Tensor, val_fraction: float = 0.1) -> tuple[Tensor, Ten
     """
     if not isinstance(ids, Tensor) or ids.dim() != 1:
         raise ValueError(f"ids must be a 1-D tensor of token ids, got {type(ids).__name__} {getattr(ids, 'shape', '')}")
-    if not 0.0 < val_fraction < 1.0:
-        raise ValueError(f"val_fraction must be in (0, 1), got {val_fraction!r}")
+    if not is_real(val_fraction) or not 0.0 < val_fraction < 0.5:
+        hint = (f": it is the held-out share, so {val_fraction!r} would validate on "
+                f"{val_fraction:.0%} and train on {1 - val_fraction:.0%}. nanoGPT writes the training "
+                f"share (0.9); here pass val_fraction={1 - val_fraction:.2g}"
+                if is_real(val_fraction) and 0.5 <= val_fraction < 1 else "")
+        raise ValueError(f"val_fraction must be in (0, 0.5), got {val_fraction!r}{hint}")
     n_train = int(len(ids) * (1 - val_fraction))
     return ids[:n_train], ids[n_train:]
 

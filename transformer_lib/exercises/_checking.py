@@ -47,7 +47,8 @@ def call(name: str, fn: Callable, *args, hint: str = ""):
     except ExerciseFailed:
         raise
     except Exception as e:  # the reader's bug: report it with the shapes it was called with
-        shapes = ", ".join(str(tuple(a.shape)) if isinstance(a, Tensor) else repr(a) for a in args)
+        shapes = ", ".join(str(tuple(a.shape)) if isinstance(a, Tensor)
+                           else type(a).__name__ if isinstance(a, torch.nn.Module) else repr(a) for a in args)
         if "view size is not compatible" in str(e):
             hint = ("A slice such as logits[:, :-1] is not contiguous in memory, so .view() cannot flatten it: "
                     "use .reshape(), which copies when it has to.")

@@ -10,6 +10,7 @@ the mistake. Logits as large as 1000 catch the numerical-stability mistakes: ``e
 from __future__ import annotations
 
 import math
+import re
 from typing import Callable
 
 import torch
@@ -17,7 +18,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ..layers.embedding import TokenEmbedding
-from ._checking import NOT_IMPLEMENTED, ExerciseFailed, attempt, check_against, correct, diagnose, expect_tensor, fail, pending, Verdict
+from ._checking import NOT_IMPLEMENTED, ExerciseFailed, attempt, close, correct, diagnose, expect_tensor, fail, pending, Verdict
 
 __all__ = [
     "check_cross_entropy",
@@ -50,15 +51,19 @@ def _first_match(name: str, got: Tensor, mistakes: dict[str, Tensor]) -> None:
 
 
 def softmax_inputs() -> tuple[Tensor, Tensor]:
-    """Two test inputs: moderate logits ``(2, 3, 5)`` and large ones ``(2, 5)``.
+    """Two test inputs: moderate logits ``(2, 3, 5)`` and large ones ``(3, 5)``.
 
     The first has three dimensions of different sizes, so a softmax over the wrong one gives
     different numbers; the second has one row near +1000 and one near -1000, where ``exp``
-    overflows (to inf) and underflows (to 0) unless each row's maximum is subtracted first.
+    overflows (to inf) and underflows (to 0) unless each row's maximum is subtracted first, and a
+    row from +1000 to -1000. That row's spread, 2000, is more than twice the float32 overflow point
+    (about 88.7), so subtracting any shift but the maximum (the row's mean, its minimum) still
+    overflows there.
     """
     g = torch.Generator().manual_seed(1)
     moderate = 2.0 * torch.randn(2, 3, 5, generator=g)
-    large = torch.tensor([[1000.0, 999.0, 998.0, 990.0, 900.0], [-1000.0, -1001.0, -1003.0, -1010.0, -1100.0]])
+    large = torch.tensor([[1000.0, 999.0, 998.0, 990.0, 900.0], [-1000.0, -1001.0, -1003.0, -1010.0, -1100.0],
+                          [1000.0, 500.0, 0.0, -500.0, -1000.0]])
     return moderate, large
 
 
@@ -81,8 +86,29 @@ def _softmax_mistakes(x: Tensor) -> dict[str, Tensor]:
         "`e.sum(dim=-1, keepdim=True)`.": e / e.sum(),
         "These are log-probabilities (log-softmax, all <= 0). Softmax returns the probabilities "
         "themselves: exp(x_i) / sum_j exp(x_j), without a log.": torch.log_softmax(x, dim=-1),
+        "You shifted the numerator but not the denominator: exp(x - m) / sum_j exp(x_j) is softmax times "
+        "exp(-m). Subtract the maximum once, `e = (x - m).exp()`, and divide e by e's own sum.":
+            e / x.exp().sum(dim=-1, keepdim=True),
+        "You shifted the denominator but not the numerator: exp(x) / sum_j exp(x_j - m) is softmax times "
+        "exp(m). Subtract the maximum once, `e = (x - m).exp()`, and divide e by e's own sum.":
+            x.exp() / e.sum(dim=-1, keepdim=True),
     })
     return mistakes
+
+
+def _shift_mistakes(x: Tensor) -> dict[str, Tensor]:
+    """Softmax with the wrong shift: right for rows of small spread, nan/inf for a spread above 2 x 88.7."""
+    mean = (x - x.mean(dim=-1, keepdim=True)).exp()
+    low = (x - x.amin(dim=-1, keepdim=True)).exp()
+    return {
+        "You subtracted each row's *mean*, not its maximum. That is enough for rows of small spread, but in "
+        "a row from +1000 to -1000 the largest logit is still 1000 above the mean, and exp(1000) overflows to "
+        "inf (float32 overflows above about 88.7). Subtract the maximum, `x.amax(dim=-1, keepdim=True)`: then "
+        "the largest exponent is exp(0) = 1 whatever the spread.": mean / mean.sum(-1, keepdim=True),
+        "You subtracted each row's *minimum*, not its maximum: the largest exponent is then exp(max - min), "
+        "which overflows as soon as a row spans more than about 88.7. Subtract the maximum, "
+        "`x.amax(dim=-1, keepdim=True)`.": low / low.sum(-1, keepdim=True),
+    }
 
 
 OVERFLOW_HINT = (
@@ -93,15 +119,41 @@ OVERFLOW_HINT = (
 )
 
 
+VALUES_HINT = (
+    "`x.max(dim=-1, keepdim=True)` returns a pair (values, indices), not a tensor: take its `.values`, "
+    "or use `x.amax(dim=-1, keepdim=True)`, which returns the maxima only."
+)
+KEEPDIM_HINT = (
+    "A reduction lost its dimension: `x.max(dim=-1).values`, `e.sum(dim=-1)` and `x.logsumexp(-1)` have "
+    "shape (...,) without the vocabulary axis, which does not broadcast against (..., vocab). Pass "
+    "keepdim=True, e.g. `e / e.sum(dim=-1, keepdim=True)`."
+)
+
+
+def _softmax_error_hint(e: Exception) -> str:
+    msg = str(e)
+    if "return_types" in msg:
+        return VALUES_HINT
+    if isinstance(e, IndexError) and "Dimension out of range" in msg:
+        return ("A fixed dim such as dim=2 does not exist for every input: the logits may have any number "
+                "of leading dimensions. Count from the end: dim=-1.")
+    if "must match the size" in msg:
+        return KEEPDIM_HINT
+    return "Follow the steps: m = x.amax(dim=-1, keepdim=True), e = (x - m).exp(), e / e.sum(dim=-1, keepdim=True)."
+
+
 def check_softmax(fn: Callable[[Tensor], Tensor]) -> Verdict:
     """Check ``fn(x)``: softmax along the last dimension, ``exp(x_i) / sum_j exp(x_j)``.
 
     ``fn`` takes float logits of any shape ``(..., vocab)`` and returns probabilities of the same
     shape that sum to 1 along the last dimension. It is called on moderate logits ``(2, 3, 5)``
-    and then on logits near +1000 and -1000. Diagnoses: softmax over the wrong dimension;
-    ``exp`` without normalising; dividing by the sum of the whole tensor; returning log-softmax;
+    and then on logits near +1000 and -1000 and a row from +1000 to -1000. Diagnoses: softmax over
+    the wrong dimension; ``exp`` without normalising; dividing by the sum of the whole tensor;
+    returning log-softmax; the maximum subtracted in the numerator only, or in the denominator only;
     not subtracting the maximum (overflow to nan/inf for large logits); subtracting the maximum
-    of the whole tensor instead of each row's; changing the input in place.
+    of the whole tensor instead of each row's, or each row's mean or minimum; changing the input
+    in place; and, when ``fn`` raises, ``x.max(dim=...)`` used without ``.values``, a reduction
+    without ``keepdim=True``, a fixed ``dim`` that the input does not have.
 
     Returns True when right, False when ``fn`` still raises NotImplementedError; raises
     :class:`~transformer_lib.exercises._checking.ExerciseFailed` with a diagnosis otherwise.
@@ -115,9 +167,7 @@ def check_softmax(fn: Callable[[Tensor], Tensor]) -> Verdict:
             raise
         except Exception as e:  # the reader's bug: say what it was called with and the likely cause
             fail(f"softmax raised {type(e).__name__}: {e}\n(called with logits of shape {tuple(x.shape)}). "
-                 "A shape error usually means a reduction lost its dimension: `x.max(dim=-1)` and "
-                 "`e.sum(dim=-1)` have shape (...,) without the vocabulary axis, which does not broadcast "
-                 "against (..., vocab). Pass keepdim=True, e.g. `e / e.sum(dim=-1, keepdim=True)`.")
+                 + _softmax_error_hint(e))
         if got is NOT_IMPLEMENTED:
             return pending("softmax")
         if not torch.equal(x, x_before):
@@ -133,6 +183,7 @@ def check_softmax(fn: Callable[[Tensor], Tensor]) -> Verdict:
                 "You subtracted the maximum of the whole tensor, x.max(), instead of each row's maximum. "
                 "A row whose logits all lie far below the global maximum (here about -1000 against +1000) "
                 "underflows to 0 / 0 = nan. Use `x.max(dim=-1, keepdim=True).values`.": m_all / m_all.sum(-1, keepdim=True),
+                **_shift_mistakes(x),
             })
             if not torch.isfinite(got).all():
                 fail(f"softmax is not right yet. {OVERFLOW_HINT}")
@@ -147,21 +198,27 @@ def check_softmax(fn: Callable[[Tensor], Tensor]) -> Verdict:
 
 
 def cross_entropy_inputs() -> list[tuple[Tensor, Tensor]]:
-    """Two test cases ``(logits (batch, vocab), targets (batch,))``: moderate, then with a logit of 1000.
+    """Three test cases ``(logits (batch, vocab), targets (batch,))``: moderate, shifted by +1000, extreme.
 
-    ``batch = 4`` differs from ``vocab = 6`` so that mixing the two axes changes the answer; the
-    targets are below 4 so that indexing with them along the wrong axis runs (and gives a wrong
-    number rather than an IndexError). In the second case a target's probability is about
-    ``exp(-1000)``, which is 0 in floating point: ``log(softmax(x))`` is then ``-inf``, while the
-    log-sum-exp form gives the right, finite loss.
+    ``batch = 4``, ``vocab = 6`` and the one-hot width ``max(targets) + 1 = 3`` all differ, so that
+    mixing the axes changes the answer and a shape error names which sizes clashed; the targets are
+    below 4 so that indexing with them along the wrong axis runs (and gives a wrong number rather
+    than an IndexError). The second case is the first with 1000 added to every logit: the same
+    probabilities and the same loss, but ``exp(logits)`` overflows, so a log-sum-exp without the
+    maximum subtracted fails there while ``log(softmax(x))`` does not. In the third case a target's
+    probability is about ``exp(-1000)``, which is 0 in floating point: ``log(softmax(x))`` is then
+    ``-inf``, while the log-sum-exp form gives the right, finite loss.
     """
     g = torch.Generator().manual_seed(2)
     logits = 2.0 * torch.randn(4, 6, generator=g)
-    targets = torch.tensor([3, 0, 2, 1])
+    targets = torch.tensor([2, 0, 2, 1])
     large = logits.clone()
-    large[0, 5] = 1000.0  # row 0's target (3) gets probability ~exp(-1000)
+    large[0, 5] = 1000.0  # row 0's target (2) gets probability ~exp(-1000)
     large[2, 2] = -1000.0  # row 2's target itself is hopeless
-    return [(logits, targets), (large, targets)]
+    return [(logits, targets), (logits + 1000.0, targets), (large, targets)]
+
+
+EPSILONS = (1e-4, 1e-5, 1e-6, 1e-7, 1e-8, 1e-9, 1e-10, 1e-12, 1e-15, 1e-20)  # what readers add inside a log
 
 
 def _ce_mistakes(logits: Tensor, targets: Tensor) -> dict[str, Tensor]:
@@ -170,6 +227,7 @@ def _ce_mistakes(logits: Tensor, targets: Tensor) -> dict[str, Tensor]:
     p = logp.exp()
     ce = -logp[b, targets].mean()
     one_hot = F.one_hot(targets, logits.shape[-1]).to(logp.dtype)
+    m = logits.amax(dim=-1)  # (batch,)
     return {
         "The sign is wrong: log-probabilities are <= 0, so the loss is *minus* their mean "
         "(cross-entropy is >= 0, and 0 only for a perfect prediction).": -ce,
@@ -193,9 +251,38 @@ def _ce_mistakes(logits: Tensor, targets: Tensor) -> dict[str, Tensor]:
         "(dim=-1, only the target's term is non-zero), then average over the batch.": -(one_hot * logp).mean(),
         "You summed one_hot * log p over the batch (dim=0) and averaged over the vocabulary: the axes are "
         "swapped. Sum over dim=-1 (the vocabulary), then average over the batch.": -(one_hot * logp).sum(0).mean(),
+        "You subtracted each row's maximum m inside the log-sum-exp but not outside it: log p = z - m - "
+        "log sum_j exp(z_j - m). Without the '- m' every log-probability is too large by its row's m, and "
+        "the loss too small by the mean of m.": ce - m.mean(),
+        "You took the logarithm in base 2 (log2): the loss is in nats, with the natural log "
+        "(torch.log, torch.logsumexp).": ce / math.log(2),
+        "You took the logarithm in base 10 (log10): the loss is in nats, with the natural log "
+        "(torch.log, torch.logsumexp).": ce / math.log(10),
     }
 
 
+def _ce_eps_mistakes(logits: Tensor, targets: Tensor) -> dict[str, Tensor]:
+    """log(p + eps) for the usual epsilons: compared more tightly than the other mistakes, since a small
+    eps is within the loose tolerance of the right answer on moderate logits, yet outside the pass tolerance."""
+    logp = torch.log_softmax(logits, dim=-1)
+    p_target = logp.exp()[torch.arange(logits.shape[0]), targets]
+    return {
+        f"You added a small epsilon inside the log, log(p + eps) (or clamped p at eps), here eps = {eps:g}. "
+        f"That keeps the loss finite but wrong wherever a target's probability is not much larger than eps: a "
+        f"probability of exp(-1000) counts as eps. Compute log-probabilities with the log-sum-exp "
+        f"trick instead, log p = z - m - log sum_j exp(z_j - m), with no probability in between.":
+            -(p_target + eps).log().mean()
+        for eps in EPSILONS
+    }
+
+
+NO_MAX_HINT = (
+    "With every logit near 1000 your loss is {got}: exp(1000) overflows to inf in float32 (above about 88.7), "
+    "so a sum of exponentials is inf, its log is inf, and a softmax is inf / inf = nan. Subtract each row's "
+    "maximum m inside the log-sum-exp and add it back outside: log sum_j exp(z_j) = m + log sum_j exp(z_j - m) "
+    "(torch.logsumexp does this). These logits are those of the first test plus 1000, so the right loss is "
+    "the same as there."
+)
 LOG_OF_SOFTMAX_HINT = (
     "Your loss is inf or nan when a target's probability is tiny: with logits like 1000, softmax "
     "gives that target exp(-1000), which is exactly 0 in floating point, and log(0) = -inf. Compute "
@@ -204,30 +291,69 @@ LOG_OF_SOFTMAX_HINT = (
 )
 
 
+def _ce_error_hint(e: Exception, logits: Tensor, targets: Tensor) -> str:
+    """The likely cause of an exception raised by the reader's cross_entropy."""
+    msg = str(e)
+    batch, vocab = logits.shape
+    width = int(targets.max()) + 1  # F.one_hot(targets) without num_classes
+    if "return_types" in msg:
+        return VALUES_HINT
+    if isinstance(e, IndexError) and "shape mismatch" in msg:
+        return (f"The two index tensors have different lengths. The rows are the batch: "
+                f"`torch.arange(logits.shape[0])` ({batch} examples), paired with `targets` ({batch} ids). "
+                f"`torch.arange(logits.shape[1])` counts the vocabulary ({vocab}) instead.")
+    if "Index tensor must have the same number of dimensions" in msg:
+        return ("`logp.gather(1, targets)` needs an index with as many dimensions as logp: "
+                "`logp.gather(1, targets.unsqueeze(-1)).squeeze(-1)` (or index with "
+                "`logp[torch.arange(batch), targets]`).")
+    if "Class values must be smaller than num_classes" in msg:
+        return f"num_classes is the vocabulary size, logits.shape[-1] = {vocab}."
+    sizes = re.search(r"size of tensor a \((\d+)\) must match the size of tensor b \((\d+)\)", msg)
+    if sizes:
+        pair = {int(sizes.group(1)), int(sizes.group(2))}
+        if pair == {vocab, width}:
+            return (f"A tensor {width} wide met the (batch, vocab = {vocab}) logits: F.one_hot(targets) without "
+                    f"num_classes is only as wide as the largest target + 1 (here {width}), not the vocabulary. "
+                    f"Pass `num_classes=logits.shape[-1]`.")
+        if pair == {vocab, batch}:
+            return (f"A (batch,) = ({batch},) tensor met the (batch, vocab) = ({batch}, {vocab}) logits. "
+                    + KEEPDIM_HINT)
+    if "must match the size" in msg or "shapes cannot be multiplied" in msg:
+        return (KEEPDIM_HINT + f" Or, with a one-hot of the targets: F.one_hot(targets) without num_classes is only "
+                f"{width} wide; pass `num_classes=logits.shape[-1]`.")
+    return ("Follow the steps: m = logits.amax(-1, keepdim=True), log p = logits - m - "
+            "(logits - m).exp().sum(-1, keepdim=True).log(), then -log p[torch.arange(batch), targets].mean().")
+
+
 def check_cross_entropy(fn: Callable[[Tensor, Tensor], Tensor]) -> Verdict:
     """Check ``fn(logits, targets)``: mean cross-entropy, ``-mean_n log softmax(logits[n])[targets[n]]``.
 
     ``logits`` is ``(batch, vocab)``, ``targets`` is ``(batch,)`` of ids; the answer is a 0-dim
     tensor (the mean over the batch), like ``F.cross_entropy(logits, targets)``. Called on
-    moderate logits, then on logits with entries of +-1000. Diagnoses: the missing minus sign;
-    summing over the batch instead of averaging; using the probability instead of the
-    log-probability; raw logits without log-softmax; log-softmax over the batch axis; indexing with
-    ``logp[:, targets]``, ``logp[targets]`` or ``logp[targets, batch]``; averaging ``one_hot * log p``
-    over every entry or summing it over the wrong axis; returning per-example losses; taking
-    ``log(softmax(x))`` (``-inf`` when a probability underflows); a one-hot of the targets
-    without ``num_classes`` (a shape error).
+    moderate logits, on the same plus 1000, then on logits with entries of +-1000. Diagnoses: the
+    missing minus sign; summing over the batch instead of averaging; using the probability instead
+    of the log-probability; raw logits without log-softmax; log-softmax over the batch axis;
+    indexing with ``logp[:, targets]``, ``logp[targets]`` or ``logp[targets, batch]``; averaging
+    ``one_hot * log p`` over every entry or summing it over the wrong axis; returning per-example
+    losses; the maximum subtracted inside the log-sum-exp but not outside; log base 2 or 10;
+    ``log(p + eps)``; a log-sum-exp without the maximum (overflow near 1000); taking
+    ``log(softmax(x))`` (``-inf`` when a probability underflows); and, when ``fn`` raises: a one-hot
+    of the targets without ``num_classes``, a reduction without ``keepdim=True``, ``.max(dim=...)``
+    without ``.values``, ``gather`` without ``unsqueeze``, ``torch.arange`` over the vocabulary
+    instead of the batch.
 
     Returns True when right, False when ``fn`` still raises NotImplementedError; raises
     :class:`~transformer_lib.exercises._checking.ExerciseFailed` with a diagnosis otherwise.
     """
-    for logits, targets in cross_entropy_inputs():
+    moderate, shifted, large = cross_entropy_inputs()
+    for logits, targets in (moderate, shifted, large):
         try:
             got = attempt(fn, logits.clone(), targets.clone())
-        except RuntimeError as error:  # typically a one-hot of the wrong width
-            fail(f"cross_entropy raised RuntimeError: {error}\nIf it is a shape mismatch with a one-hot of the "
-                 f"targets: F.one_hot(targets) without num_classes is only as wide as the largest target + 1 "
-                 f"(here {int(targets.max()) + 1}), not the vocabulary ({logits.shape[-1]}). Pass "
-                 f"`num_classes=logits.shape[-1]`.")
+        except ExerciseFailed:
+            raise
+        except Exception as e:  # the reader's bug: say what it was called with and the likely cause
+            fail(f"cross_entropy raised {type(e).__name__}: {e}\n(called with logits {tuple(logits.shape)} and "
+                 f"targets {tuple(targets.shape)}). " + _ce_error_hint(e, logits, targets))
         if got is NOT_IMPLEMENTED:
             return pending("cross_entropy")
         if isinstance(got, Tensor) and tuple(got.shape) == tuple(targets.shape):
@@ -238,7 +364,12 @@ def check_cross_entropy(fn: Callable[[Tensor, Tensor], Tensor]) -> Verdict:
         if torch.allclose(got.double(), expected.double(), atol=1e-5, rtol=1e-5):
             continue
         if not torch.isfinite(got).all():
+            if logits is shifted[0]:
+                fail("cross_entropy is not right yet. " + NO_MAX_HINT.format(got=got.item()))
             fail(f"cross_entropy is not right yet. {LOG_OF_SOFTMAX_HINT}")
+        for hint, wrong in _ce_eps_mistakes(logits, targets).items():
+            if torch.allclose(got.double(), wrong.double(), atol=1e-6, rtol=1e-6):
+                fail(f"cross_entropy is not right yet. {hint}")
         _first_match("cross_entropy", got, _ce_mistakes(logits, targets))
         diagnose("cross_entropy", got, expected, {})
     return correct("Your cross_entropy matches F.cross_entropy(logits, targets), even with logits of +-1000.")
@@ -265,17 +396,68 @@ def embed_one_hot_inputs() -> tuple[Tensor, Tensor]:
 def _call_embed(fn: Callable, ids: Tensor, W: Tensor):
     try:
         return attempt(fn, ids, W)
-    except RuntimeError as error:
-        msg = str(error)
-        if "dtype" in msg or "scalar type" in msg:
-            hint = ("F.one_hot returns integers (torch.long), and a matmul needs both sides of the same "
-                    "floating type: convert the one-hot with `.to(W.dtype)` (or `.float()`) first.")
-        else:
-            hint = (f"If it is a shape mismatch: F.one_hot(ids) without num_classes makes vectors as long as "
-                    f"the largest id + 1 (here {int(ids.max()) + 1}), not the vocabulary size "
-                    f"{W.shape[0]}. Pass `num_classes=W.shape[0]`, then multiply (batch, seq, vocab) "
-                    f"@ (vocab, d_model).")
-        fail(f"embed_one_hot raised RuntimeError: {msg}\n{hint}")
+    except ExerciseFailed:
+        raise
+    except Exception as error:  # the reader's bug: name the likely cause
+        fail(f"embed_one_hot raised {type(error).__name__}: {error}\n(called with ids {tuple(ids.shape)} and W "
+             f"{tuple(W.shape)}). " + _embed_error_hint(str(error), ids, W))
+
+
+def _embed_error_hint(msg: str, ids: Tensor, W: Tensor) -> str:
+    vocab, d_model = W.shape
+    width = int(ids.max()) + 1  # F.one_hot(ids) without num_classes
+    if "dtype" in msg or "scalar type" in msg:
+        return ("F.one_hot returns integers (torch.long), and a matmul needs both sides of the same "
+                "floating type: convert the one-hot with `.to(W.dtype)` (or `.float()`) first.")
+    if "Class values must be smaller than num_classes" in msg:
+        return (f"num_classes is the vocabulary size, the number of *rows* of W: W.shape[0] = {vocab}, "
+                f"not W.shape[1] = {d_model} (that is d_model).")
+    shapes = re.search(r"\((\d+)x(\d+) and (\d+)x(\d+)\)", msg)
+    if shapes:
+        inner_left, inner_right = int(shapes.group(2)), int(shapes.group(3))
+        if inner_left == vocab and inner_right == d_model:
+            return (f"You multiplied by W.T: W is (vocab, d_model) = {(vocab, d_model)}, so the product is "
+                    f"(batch, seq, vocab) @ (vocab, d_model): `one_hot @ W`, not W.T.")
+        if inner_left == width and inner_right == vocab:
+            return (f"Your one-hot vectors are {width} long, W has {vocab} rows: F.one_hot(ids) without "
+                    f"num_classes makes vectors as long as the largest id + 1 (here {width}), not the "
+                    f"vocabulary. Pass `num_classes=W.shape[0]`.")
+    if "batch2 tensor" in msg or "batch1 tensor" in msg:
+        return ("The one-hot goes on the left: (batch, seq, vocab) @ (vocab, d_model) = `one_hot @ W`; "
+                "W.T @ one_hot tries to multiply (d_model, vocab) by a stack of (seq, vocab) matrices.")
+    return (f"The product is (batch, seq, vocab) @ (vocab, d_model): "
+            f"`F.one_hot(ids, num_classes=W.shape[0]).to(W.dtype) @ W`; if you did not pass num_classes, "
+            f"F.one_hot(ids) is only as wide as the largest id + 1 (here {width}), not {vocab}.")
+
+
+_PRODUCTS = ("MmBackward", "BmmBackward", "MulBackward", "MvBackward", "AddmmBackward", "DotBackward")
+_LOOKUPS = ("IndexBackward", "EmbeddingBackward", "IndexSelectBackward", "GatherBackward")
+
+
+def _graph_ops(out) -> set[str]:
+    """The names of the autograd operations that made ``out`` (empty if it has no graph)."""
+    names, seen, stack = set(), set(), [getattr(out, "grad_fn", None)]
+    while stack:
+        node = stack.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        names.add(type(node).__name__)
+        stack.extend(next_node for next_node, _ in node.next_functions)
+    return names
+
+
+def _how_computed(fn: Callable, ids: Tensor, W: Tensor) -> str:
+    """"product", "lookup" or "unknown": how ``fn`` used W, read from the autograd graph of a second call."""
+    try:
+        ops = _graph_ops(fn(ids.clone(), W.clone().requires_grad_(True)))
+    except Exception:  # e.g. the reader's code calls .numpy() on W: say nothing about the method
+        return "unknown"
+    if any(name.startswith(_PRODUCTS) for name in ops):
+        return "product"
+    if any(name.startswith(_LOOKUPS) for name in ops):
+        return "lookup"
+    return "unknown"
 
 
 def check_embed_one_hot(fn: Callable[[Tensor, Tensor], Tensor]) -> Verdict:
@@ -284,9 +466,11 @@ def check_embed_one_hot(fn: Callable[[Tensor, Tensor], Tensor]) -> Verdict:
     ``ids`` is ``(batch, seq)`` of token ids, ``W`` the ``(vocab, d_model)`` table; the answer is
     ``(batch, seq, d_model)`` and must equal ``W[ids]``, what
     :class:`~transformer_lib.layers.embedding.TokenEmbedding` computes. Diagnoses:
-    ``F.one_hot`` without ``num_classes`` (a shape error in the matmul); an integer one-hot in a
-    float matmul; returning the one-hot itself; forgetting to reshape a flattened answer; a
-    transposed (seq, batch) answer; scaling by sqrt(d_model).
+    ``F.one_hot`` without ``num_classes``, or with ``num_classes=W.shape[1]``; a product with
+    ``W.T`` or ``W.T @ one_hot``; an integer one-hot in a float matmul; returning the one-hot
+    itself; forgetting to reshape a flattened answer; a transposed (seq, batch) answer; scaling by
+    sqrt(d_model); the right numbers by indexing (``W[ids]``, ``F.embedding``) instead of the
+    product, read from the answer's autograd graph.
 
     Returns True when right, False when ``fn`` still raises NotImplementedError; raises
     :class:`~transformer_lib.exercises._checking.ExerciseFailed` with a diagnosis otherwise.
@@ -310,14 +494,18 @@ def check_embed_one_hot(fn: Callable[[Tensor, Tensor], Tensor]) -> Verdict:
     with torch.no_grad():
         emb.weight.copy_(W)
         expected = emb(ids)
-    return check_against(
-        "embed_one_hot",
-        got,
-        expected,
-        {
+    expect_tensor("embed_one_hot", got, expected.shape)
+    if not close(got, expected):
+        diagnose("embed_one_hot", got, expected, {
             "Your rows are scaled by sqrt(d_model). The lookup is just the row W[id]; the original "
             "Transformer multiplies embeddings by sqrt(d_model) afterwards, in the model, not in the "
             "lookup.": expected * math.sqrt(d_model),
-        },
-        success="one_hot(ids) @ W picks exactly the rows W[ids]: a lookup is a matrix product with a one-hot.",
-    )
+        })
+    how = _how_computed(fn, ids, W)
+    if how == "lookup":
+        fail("embed_one_hot gives the right rows, but by indexing (W[ids], F.embedding or index_select), "
+             "which is what TokenEmbedding does. This exercise is the other way to get them: build the "
+             "one-hot vectors, `F.one_hot(ids, num_classes=W.shape[0]).to(W.dtype)`, and multiply them by W.")
+    if how == "product":
+        return correct("one_hot(ids) @ W picks exactly the rows W[ids]: a lookup is a matrix product with a one-hot.")
+    return correct("Your embeddings equal W[ids], the rows that TokenEmbedding looks up.")

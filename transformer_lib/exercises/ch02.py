@@ -10,8 +10,11 @@ The inputs are chosen so that every common mistake gives a different answer: ``d
 scales ``1``, ``1/sqrt(d_k) = 1/2`` and ``1/d_k = 1/4`` differ; scores large enough that they
 matter; a first case with as many queries as keys (so ``K Q^T`` and a softmax over the queries
 run without error and can be named), then a case with 3 queries and 5 keys and a mask whose every
-row has both visible and hidden keys (so an inverted mask gives finite, recognisable weights);
-``batch=2, seq=3, n_heads=4, d_head=5`` for the head reshapes, all different.
+row has both visible and hidden keys (so an inverted mask gives finite, recognisable weights), then
+4-D inputs ``(batch, heads, seq, d)`` as in multi-head attention, with a padding-style mask that
+hides every key from one query (which must get zero weights and a zero output, as in
+``tl.scaled_dot_product_attention``); ``batch=2, seq=3, n_heads=4, d_head=5`` for the head
+reshapes, all different.
 """
 
 from __future__ import annotations
@@ -34,28 +37,51 @@ def _shapes(*tensors) -> str:
     return ", ".join(str(tuple(t.shape)) if isinstance(t, Tensor) else repr(t) for t in tensors)
 
 
-def _call(name: str, fn: Callable, *args, hint: str = "", **kwargs):
-    """``attempt(fn, ...)``, but an exception in the reader's code becomes an ExerciseFailed that says where."""
+def _call(name: str, fn: Callable, *args, hint: str = "", hint_for: Tensor | None = None, **kwargs):
+    """``attempt(fn, ...)``, but an exception in the reader's code becomes an ExerciseFailed that says where.
+
+    ``hint_for``: the queries of an attention call, whose shape picks a more specific hint."""
     try:
         return attempt(fn, *(a.clone() if isinstance(a, Tensor) else a for a in args), **kwargs)
     except ExerciseFailed:
         raise
     except Exception as e:  # the reader's bug: report it with the shapes it was called with
+        if hint_for is not None:
+            hint = _sdpa_error_hint(e, hint_for) or hint
         raise ExerciseFailed(
-            f"{name} raised {type(e).__name__}: {e}\n(called with arguments of shapes {_shapes(*args)}). {hint}"
+            f"{name} raised {type(e).__name__}: {e}\n(called with arguments of shapes {_shapes(*args)}). {hint}".rstrip()
         ) from e
 
 
 # ---------------------------------------------------------------------- scaled dot-product attention
 
 
-def sdpa_inputs(seed: int = 2, seq_q: int = 5, seq_k: int = 5, batch: int = 2, d_v: int = 3) -> tuple[Tensor, Tensor, Tensor]:
-    """``q (batch, seq_q, d_k=4)``, ``k (batch, seq_k, 4)``, ``v (batch, seq_k, d_v)``; scores of a few units."""
+def sdpa_inputs(seed: int = 2, seq_q: int = 5, seq_k: int = 5, batch: int | tuple[int, ...] = 2,
+                d_v: int = 3) -> tuple[Tensor, Tensor, Tensor]:
+    """``q (*batch, seq_q, d_k=4)``, ``k (*batch, seq_k, 4)``, ``v (*batch, seq_k, d_v)``; scores of a few units."""
     g = torch.Generator().manual_seed(seed)
-    q = 1.5 * torch.randn(batch, seq_q, D_K, generator=g)
-    k = 1.5 * torch.randn(batch, seq_k, D_K, generator=g)
-    v = torch.randn(batch, seq_k, d_v, generator=g)
+    lead = (batch,) if isinstance(batch, int) else tuple(batch)
+    q = 1.5 * torch.randn(*lead, seq_q, D_K, generator=g)
+    k = 1.5 * torch.randn(*lead, seq_k, D_K, generator=g)
+    v = torch.randn(*lead, seq_k, d_v, generator=g)
     return q, k, v
+
+
+HEADS_4D = 3  # (batch=2, heads=3, seq_q=4, seq_k=6): heads differs from both sequence lengths
+
+
+def sdpa_inputs_4d() -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """``q (2, 3, 4, 4)``, ``k (2, 3, 6, 4)``, ``v (2, 3, 6, 5)`` and a bool mask ``(2, 1, 4, 6)`` shared by the heads.
+
+    Every query row has visible and hidden keys, except query 3 of batch element 1, which sees no key
+    at all (as a padded query does once a padding mask and a causal mask hide everything from it).
+    """
+    q, k, v = sdpa_inputs(seed=13, seq_q=4, seq_k=6, batch=(2, HEADS_4D), d_v=5)
+    g = torch.Generator().manual_seed(14)
+    mask = torch.rand(2, 1, 4, 6, generator=g) > 0.5
+    mask[..., 0], mask[..., -1] = True, False
+    mask[1, 0, 3] = False  # a query with no key to attend to
+    return q, k, v, mask
 
 
 def sdpa_mask(seed: int = 3, batch: int = 2, seq_q: int = 3, seq_k: int = 5) -> Tensor:
@@ -66,9 +92,11 @@ def sdpa_mask(seed: int = 3, batch: int = 2, seq_q: int = 3, seq_k: int = 5) -> 
     return mask
 
 
-def sdpa_weight_mistakes(q: Tensor, k: Tensor, mask: Tensor | None) -> dict[str, Tensor]:
-    """The attention *weights* that common mistakes give, keyed by the hint that names each one."""
-    d_k = q.shape[-1]
+def sdpa_weight_mistakes(q: Tensor, k: Tensor, mask: Tensor | None, d_v: int | None = None) -> dict[str, Tensor]:
+    """The attention *weights* that common mistakes give, keyed by the hint that names each one.
+
+    ``d_v`` (the values' width) adds the mistake of scaling by ``sqrt(d_v)``."""
+    d_k, seq_q, seq_k = q.shape[-1], q.shape[-2], k.shape[-2]
     raw = q @ k.transpose(-2, -1)  # (..., seq_q, seq_k), unscaled
     scores = raw / math.sqrt(d_k)
     if mask is None:
@@ -82,7 +110,22 @@ def sdpa_weight_mistakes(q: Tensor, k: Tensor, mask: Tensor | None) -> dict[str,
             "scores = q @ k.transpose(-2, -1), of shape (..., seq_q, seq_k).": scores.transpose(-2, -1).softmax(-1),
             "You forgot the scale and your softmax runs over the queries (dim=-2); divide by sqrt(d_k) and use "
             "softmax(dim=-1).": raw.softmax(-2),
+            "You divided by sqrt(d_k) *after* the softmax, so each query's weights sum to 1/sqrt(d_k) instead of "
+            "1. The order is: scores = q @ k.transpose(-2, -1) / sqrt(d_k), then the softmax.":
+                raw.softmax(-1) / math.sqrt(d_k),
         }
+        if d_v is not None and d_v != d_k:
+            mistakes[f"You scaled by sqrt(d_v) = sqrt({d_v}), the width of the values (v.shape[-1]). The scale "
+                     f"is 1 / sqrt(d_k), the width of the queries and keys: math.sqrt(q.shape[-1]) = "
+                     f"sqrt({d_k})."] = (raw / math.sqrt(d_v)).softmax(-1)
+        lengths = {seq_k: "keys"} if seq_q != seq_k else {seq_k: "positions"}
+        if seq_q != seq_k:
+            lengths[seq_q] = "queries"
+        for n, what in lengths.items():
+            if n not in (d_k, d_v):  # a length equal to a width would be the same mistake twice
+                mistakes[f"You scaled by the square root of the number of {what}, sqrt({n}) (a shape[-2]). The "
+                         f"scale is 1 / sqrt(d_k), the width of the queries and keys, their *last* dimension: "
+                         f"math.sqrt(q.shape[-1]) = sqrt({d_k})."] = (raw / math.sqrt(n)).softmax(-1)
         return mistakes
     hidden = ~mask
     after = scores.softmax(-1)
@@ -118,28 +161,58 @@ def _check_pair(name: str, got, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | 
     out, weights = got
     expected_out, expected_w = _sdpa(q, k, v, mask)
     seq_q, seq_k = q.shape[-2], k.shape[-2]
+    if (isinstance(out, Tensor) and isinstance(weights, Tensor) and out.shape == expected_w.shape
+            and weights.shape == expected_out.shape and expected_w.shape != expected_out.shape):
+        fail(f"{name} returned (weights, output): the first element has the weights' shape "
+             f"{tuple(out.shape)} = (..., seq_q, seq_k), the second the output's {tuple(weights.shape)} = "
+             f"(..., seq_q, d_v). Return them in the order (output, weights), like tl.scaled_dot_product_attention.")
     if isinstance(weights, Tensor) and weights.shape[-2:] == (seq_k, seq_q) and seq_q != seq_k:
         fail(f"{name}: your weights have shape {tuple(weights.shape)}, i.e. (..., seq_k, seq_q): you computed K Q^T. "
              f"The scores are q @ k.transpose(-2, -1), of shape (..., seq_q={seq_q}, seq_k={seq_k}).")
     expect_tensor(f"{name}'s weights", weights, expected_w.shape)
     expect_tensor(f"{name}'s output", out, expected_out.shape)
     where = "without a mask" if mask is None else "with a mask"
-    if not close(weights, expected_w):
-        for hint, wrong in sdpa_weight_mistakes(q, k, mask).items():
-            if _same(weights, wrong):
+    # rows whose every key is hidden are checked on their own, after the others
+    empty = torch.zeros(expected_w.shape[:-1], dtype=torch.bool) if mask is None else \
+        (~mask.any(dim=-1)).expand(expected_w.shape[:-1])
+    rows = ~empty  # (..., seq_q): the queries that may see at least one key
+
+    def part(t: Tensor) -> Tensor:
+        return t[rows]  # (n_rows, last dim)
+
+    if not close(part(weights), part(expected_w)):
+        for hint, wrong in sdpa_weight_mistakes(q, k, mask, d_v=v.shape[-1]).items():
+            if _same(part(weights), part(wrong)):
                 fail(f"{name} ({where}) is not right yet. {hint}")
-        if weights.isnan().any():
+        if part(weights).isnan().any():
             fail(f"{name} ({where}): your weights contain NaN. A NaN appears when a softmax row is all -inf, i.e. "
                  f"a query hides every key; check which keys your mask hides (True = may attend).")
-        rows = weights.float().sum(-1)
-        if not torch.allclose(rows, torch.ones_like(rows), atol=1e-4):
+        sums = part(weights).float().sum(-1)
+        if not torch.allclose(sums, torch.ones_like(sums), atol=1e-4):
             fail(f"{name} ({where}): each query's weights must sum to 1 over the keys, but yours sum to "
-                 f"{rows.flatten()[:4].tolist()}... Is the softmax over the last dimension (the keys)?")
-        diagnose(f"{name}'s weights ({where})", weights, expected_w, {})
-    if mask is not None and (weights[~mask.expand_as(weights)] != 0).any():
-        fail(f"{name} (with a mask): the weights of hidden keys must be exactly 0, but the largest is "
-             f"{weights[~mask.expand_as(weights)].abs().max().item():.3g}. Fill hidden scores with float('-inf'), "
-             f"not a large negative number.")
+                 f"{sums.flatten()[:4].tolist()}... Is the softmax over the last dimension (the keys)?")
+        diagnose(f"{name}'s weights ({where})", part(weights), part(expected_w), {})
+    if mask is not None:
+        hidden = ~mask.expand_as(weights) & rows[..., None]
+        if (weights[hidden] != 0).any():
+            fail(f"{name} (with a mask): the weights of hidden keys must be exactly 0, but the largest is "
+                 f"{weights[hidden].abs().max().item():.3g}. Fill hidden scores with float('-inf'), "
+                 f"not a large negative number.")
+    if empty.any() and not (weights[empty] == 0).all():
+        w_empty = weights[empty]
+        if w_empty.isnan().any():
+            seen = "NaN, since the softmax of a row of -inf is 0 / 0"
+        elif torch.allclose(w_empty.float(), torch.full_like(w_empty.float(), 1 / seq_k), atol=1e-4):
+            seen = (f"uniform, 1/{seq_k} on every key: a large negative fill gives every score of that row the "
+                    f"same value, so the softmax spreads the weight over keys the query may not see")
+        else:
+            seen = f"not zero (the largest is {w_empty.abs().max().item():.3g})"
+        fail(f"{name} (with a mask that hides every key from one query): that query's weights are {seen}. "
+             f"A query with nothing to attend to gets zero weights, and so a zero output, as in "
+             f"tl.scaled_dot_product_attention (and F.scaled_dot_product_attention on a CPU since PyTorch "
+             f"2.5; earlier versions and some other backends, e.g. MPS in mid-2025, return NaN: do not rely "
+             f"on it). "
+             f"After the softmax: weights = weights.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0).")
     if not close(out, expected_out):
         wrong_outputs = {
             "Your weights are right but the output is not: it is weights @ v (each query's weighted average of the "
@@ -150,24 +223,44 @@ def _check_pair(name: str, got, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | 
         diagnose(f"{name}'s output ({where})", out, expected_out, {h: w for h, w in wrong_outputs.items() if w is not None})
 
 
+def _sdpa_error_hint(e: Exception, q: Tensor) -> str:
+    """The likely cause of an exception in the reader's attention, given the inputs it was called with."""
+    msg = str(e)
+    if q.dim() > 3:
+        return (f"These inputs are 4-D, (batch, heads, seq, d) = {tuple(q.shape)}, as multi-head attention passes "
+                f"them: there may be more than one batch dimension. Count from the end: "
+                f"k.transpose(-2, -1) (not transpose(1, 2)), softmax(dim=-1), and a mask that broadcasts "
+                f"against the scores.")
+    if isinstance(e, IndexError) and "Dimension out of range" in msg:
+        return ("A fixed dimension such as transpose(2, 3) does not exist in every input: these are 3-D, "
+                "(batch, seq, d), and multi-head attention passes 4-D ones. Count from the end: "
+                "k.transpose(-2, -1).")
+    return ""
+
+
 def check_scaled_dot_product_attention(fn: Callable) -> Verdict:
     """Check ``fn(q, k, v, mask=None) -> (output, weights)`` against ``tl.scaled_dot_product_attention``.
 
     ``q`` is ``(..., seq_q, d_k)``, ``k`` is ``(..., seq_k, d_k)``, ``v`` is ``(..., seq_k, d_v)``;
     ``mask`` is bool, broadcastable to ``(..., seq_q, seq_k)``, True where a query may attend to a key.
-    The answer is ``(output (..., seq_q, d_v), weights (..., seq_q, seq_k))``.
+    The answer is ``(output (..., seq_q, d_v), weights (..., seq_q, seq_k))``; a query whose keys are
+    all hidden gets zero weights and a zero output (not the NaN of a softmax over a row of -inf).
 
-    Two calls: without a mask on 5 queries and 5 keys, then with a mask on 3 queries and 5 keys.
-    Prints ``Correct!`` and returns a true ``Verdict`` when right; returns a false one while ``fn`` raises
-    NotImplementedError; otherwise raises :class:`ExerciseFailed` naming the mistake: no scale, a
-    scale of ``1/d_k``, the softmax over the queries, ``K Q^T`` instead of ``Q K^T``, the mask
-    ignored, applied after the softmax, set to 0 instead of -inf, added, or inverted (True taken
-    as hidden), hidden weights not exactly 0, ``scores @ v`` or transposed weights in the output.
+    Three calls: without a mask on 5 queries and 5 keys; with a mask on 3 queries and 5 keys; and on
+    4-D inputs ``(batch=2, heads=3, seq, d)`` with a mask ``(2, 1, 4, 6)`` that hides every key from
+    one query. Prints ``Correct!`` and returns a true ``Verdict`` when right; returns a false one while
+    ``fn`` raises NotImplementedError; otherwise raises :class:`ExerciseFailed` naming the mistake: no
+    scale, a scale of ``1/d_k``, ``1/sqrt(d_v)`` or ``1/sqrt(seq)``, the scale applied after the
+    softmax, the softmax over the queries, ``K Q^T`` instead of ``Q K^T``, ``(weights, output)``
+    returned in that order, the mask ignored, applied after the softmax, set to 0 instead of -inf,
+    added, or inverted (True taken as hidden), hidden weights not exactly 0, NaN or uniform weights
+    for a query that sees no key, ``scores @ v`` or transposed weights in the output, and a fixed
+    dimension (``transpose(1, 2)``) that fails on 3-D or 4-D inputs.
     """
     name = "scaled_dot_product_attention"
     q, k, v = sdpa_inputs(seed=2, seq_q=5, seq_k=5)
     got = _call(name, fn, q, k, v, hint="Follow the steps: scores = q @ k.transpose(-2, -1) / sqrt(d_k), "
-                "softmax over the last dim, then weights @ v.")
+                "softmax over the last dim, then weights @ v.", hint_for=q)
     if got is NOT_IMPLEMENTED:
         return pending(name)
     _check_pair(name, got, q, k, v, None)
@@ -175,12 +268,18 @@ def check_scaled_dot_product_attention(fn: Callable) -> Verdict:
     q, k, v = sdpa_inputs(seed=7, seq_q=3, seq_k=5)
     mask = sdpa_mask()
     got = _call(name, fn, q, k, v, mask, hint="Here seq_q=3 and seq_k=5: the scores must be (..., seq_q, seq_k) = "
-                "q @ k.transpose(-2, -1), and the mask (..., 3, 5) has the scores' shape.")
+                "q @ k.transpose(-2, -1), and the mask (..., 3, 5) has the scores' shape.", hint_for=q)
+    if got is NOT_IMPLEMENTED:
+        return pending(name)
+    _check_pair(name, got, q, k, v, mask)
+
+    q, k, v, mask = sdpa_inputs_4d()
+    got = _call(name, fn, q, k, v, mask, hint_for=q)
     if got is NOT_IMPLEMENTED:
         return pending(name)
     _check_pair(name, got, q, k, v, mask)
     return correct("Your attention matches tl.scaled_dot_product_attention (and so F.scaled_dot_product_attention), "
-                   "with and without a mask.")
+                   "with and without a mask, on 3-D and 4-D inputs, and with a query that sees no key.")
 
 
 # ------------------------------------------------------------------------------------ causal mask
@@ -205,8 +304,9 @@ def check_causal_mask(fn: Callable[[int], Tensor]) -> Verdict:
 
     Tried with ``seq_len`` 5, 1 and 8. Prints ``Correct!`` and returns a true ``Verdict`` when right; returns a false one
     while ``fn`` raises NotImplementedError; otherwise raises :class:`ExerciseFailed` naming the
-    mistake: the upper triangle, the diagonal left out, the inverted convention (True = hidden),
-    all True, or a float/int dtype instead of ``torch.bool``.
+    mistake: the additive float mask (0 where allowed, -inf where hidden), upright or inverted; the
+    upper triangle, the diagonal left out, the inverted convention (True = hidden), all True, or a
+    float/int dtype instead of ``torch.bool``.
     """
     name = "causal_mask"
     for seq_len in (5, 1, 8):
@@ -215,6 +315,19 @@ def check_causal_mask(fn: Callable[[int], Tensor]) -> Verdict:
             return pending(name)
         expected = _causal_mask(seq_len)
         expect_tensor(f"{name}({seq_len})", got, expected.shape)
+        if got.is_floating_point() and (got != 0).any() and bool((got[got != 0] <= -1e4).all()):
+            # an additive mask M: 0 where allowed, -inf (or -1e9) where hidden; a bool reading would invert it
+            allowed = got == 0
+            if torch.equal(allowed, expected):
+                fail(f"{name}({seq_len}) returned the additive mask M, 0 on and below the diagonal and -inf above "
+                     f"it: the M of the formula softmax(QK^T / sqrt(d_k) + M), and the format of "
+                     f"nn.Transformer.generate_square_subsequent_mask. Here the mask is bool, True = may attend "
+                     f"(what masked_fill and tl.scaled_dot_product_attention take): "
+                     f"torch.ones(seq_len, seq_len, dtype=torch.bool).tril(), which is M == 0.")
+            fail(f"{name}({seq_len}) returned a float mask of 0 and -inf (or a large negative number), an additive "
+                 f"mask M (0 = may attend, -inf = hidden), and its 0 entries are not the causal pattern. Here the mask is bool, True = "
+                 f"may attend: True where j <= i, torch.ones(seq_len, seq_len, dtype=torch.bool).tril(). "
+                 f"Yours, as may-attend (M == 0):\n{allowed.int()}")
         pattern = got != 0  # the True/False pattern, whatever the dtype
         if not torch.equal(pattern, expected):
             for hint, wrong in causal_mask_mistakes(seq_len).items():
@@ -261,7 +374,9 @@ def check_split_heads(fn: Callable[[Tensor, int], Tensor]) -> Verdict:
     ``tl.MultiHeadAttention`` (``rearrange(x, "b s (h d) -> b h s d")``). Prints ``Correct!`` and returns
     True when right; returns a false one while ``fn`` raises NotImplementedError; otherwise raises
     :class:`ExerciseFailed` naming the mistake: a reshape without the transpose, the transpose
-    forgotten (shape ``(batch, seq, n_heads, d_head)``), or ``d_model`` split as ``(d_head, n_heads)``.
+    forgotten (shape ``(batch, seq, n_heads, d_head)``), or ``d_model`` split as ``(d_head, n_heads)``
+    (recognised by its values after a permute, or by its shape ``(batch, d_head, seq, n_heads)`` or
+    ``(batch, seq, d_head, n_heads)``).
     """
     name = "split_heads"
     x = heads_input()
@@ -273,6 +388,14 @@ def check_split_heads(fn: Callable[[Tensor, int], Tensor]) -> Verdict:
         fail(f"{name} returned shape {tuple(got.shape)} = (batch, seq, n_heads, d_head): you still need to swap "
              f"the seq and head axes, .transpose(1, 2), to get (batch, n_heads, seq, d_head) = "
              f"{tuple(expected.shape)}.")
+    order_hint = ("You split d_model as (d_head, n_heads): each head then gets every n_heads-th feature. Head h owns "
+                  "the contiguous block of features h*d_head:(h+1)*d_head, so view as (batch, seq, n_heads, d_head), "
+                  "then .transpose(1, 2).")
+    wrong_order = {(BATCH, D_HEAD, SEQ, N_HEADS): "(batch, d_head, seq, n_heads)",
+                   (BATCH, SEQ, D_HEAD, N_HEADS): "(batch, seq, d_head, n_heads)"}
+    if isinstance(got, Tensor) and tuple(got.shape) in wrong_order:
+        fail(f"{name} returned shape {tuple(got.shape)} = {wrong_order[tuple(got.shape)]}, expected (batch, n_heads, "
+             f"seq, d_head) = {tuple(expected.shape)}. {order_hint}")
     expect_tensor(name, got, expected.shape)
     if not torch.equal(got, expected):
         diagnose(name, got, expected, split_heads_mistakes(x, N_HEADS))

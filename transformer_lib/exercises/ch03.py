@@ -55,6 +55,13 @@ def _gelu_tanh_mistakes(x: Tensor) -> dict[str, Tensor]:
         "GELU(x) = x * Phi(x).": 0.5 * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x**3))),
         "That is the *sigmoid* approximation x * sigmoid(1.702 x). This exercise asks for the tanh one: "
         "0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).": x * torch.sigmoid(1.702 * x),
+        "sqrt(2/pi) multiplies only the x term: you wrote tanh(sqrt(2/pi) * x + 0.044715 * x**3). The constant "
+        "multiplies the whole bracket: tanh(sqrt(2/pi) * (x + 0.044715 * x**3)).": 0.5 * x * (
+            1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * x + 0.044715 * x**3)
+        ),
+        "The power is wrong: the correction term is 0.044715 * x**3 (cubed), not x**2.": 0.5 * x * (
+            1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x**2))
+        ),
     }
 
 
@@ -64,8 +71,9 @@ def check_gelu_tanh(fn: Callable[[Tensor], Tensor]) -> Verdict:
     ``fn`` takes a float tensor of any shape and returns a tensor of the same shape (elementwise).
     It is called on points of ``[-4, 4]`` where exact GELU and the approximation differ, so using
     the exact erf form is caught. Diagnoses: the exact (erf) GELU; the missing ``0.044715 x^3``
-    term; a wrong constant instead of ``sqrt(2/pi)``; the missing ``0.5``; forgetting the factor
-    ``x``; the sigmoid approximation; changing the input in place.
+    term; a wrong constant instead of ``sqrt(2/pi)``, or one that multiplies only the ``x`` term;
+    ``x^2`` instead of ``x^3``; the missing ``0.5``; forgetting the factor ``x``; the sigmoid
+    approximation; changing the input in place.
 
     Returns True when right, False when ``fn`` still raises NotImplementedError; raises
     :class:`~transformer_lib.exercises._checking.ExerciseFailed` with a diagnosis otherwise.
@@ -83,7 +91,8 @@ def check_gelu_tanh(fn: Callable[[Tensor], Tensor]) -> Verdict:
         got,
         gelu_tanh(x),
         _gelu_tanh_mistakes(x),
-        success="Your gelu_tanh matches GPT-2's 'gelu_new' and F.gelu(x, approximate='tanh').",
+        success="Your gelu_tanh matches GPT-2's activation (Hugging Face's 'gelu_new') and "
+                "F.gelu(x, approximate='tanh').",
     )
 
 
@@ -130,6 +139,13 @@ TRANSPOSED_HINT = (
 )
 
 
+PRECEDENCE_HINT = (
+    "Check the brackets: `*` and `@` have the same precedence in Python and group from the left, so "
+    "`silu(x @ W_gate.T) * x @ W_in.T` is `(silu(x @ W_gate.T) * x) @ W_in.T`: it multiplies the gate by x itself. "
+    "Put brackets around each projection: silu(x @ W_gate.T) * (x @ W_in.T)."
+)
+
+
 def _swiglu_mistakes(x: Tensor, W_gate: Tensor, W_in: Tensor, W_out: Tensor) -> dict[str, Tensor]:
     args = (x, W_gate, W_in, W_out)
     mistakes = {
@@ -149,8 +165,15 @@ def _swiglu_mistakes(x: Tensor, W_gate: Tensor, W_in: Tensor, W_out: Tensor) -> 
         ) @ W_out.T,
         "The SiLU is missing: (W_gate x) * (W_in x) is a bilinear layer. Apply F.silu to the gate "
         "projection before multiplying.": _glu(*args, act=lambda z: z),
+        "SiLU is applied after the product: silu((W_gate x) * (W_in x)). It goes on the gate projection "
+        "alone, before multiplying: silu(x @ W_gate.T) * (x @ W_in.T).": F.silu((x @ W_gate.T) * (x @ W_in.T)) @ W_out.T,
+        "SiLU is applied to both projections. Only the gate W_gate x goes through SiLU; W_in x stays linear: "
+        "silu(x @ W_gate.T) * (x @ W_in.T).": (F.silu(x @ W_gate.T) * F.silu(x @ W_in.T)) @ W_out.T,
+        "You added the two projections: the gate multiplies the plain projection elementwise, "
+        "silu(x @ W_gate.T) * (x @ W_in.T), it is not added to it.": (F.silu(x @ W_gate.T) + x @ W_in.T) @ W_out.T,
     }
-    if W_in.shape[0] == W_in.shape[1]:  # square: forgetting W_out keeps the shape
+    if W_in.shape[0] == W_in.shape[1]:  # square: these slips raise nothing, they give wrong values
+        mistakes[PRECEDENCE_HINT] = F.silu(x @ W_gate.T) * x @ W_in.T @ W_out.T
         mistakes["The output projection W_out is missing: the hidden vector silu(W_gate x) * (W_in x) "
                  "must be mapped back to d_model with W_out."] = F.silu(x @ W_gate.T) * (x @ W_in.T)
     return mistakes
@@ -168,9 +191,13 @@ def _transposed_variants(x: Tensor, W_gate: Tensor, W_in: Tensor, W_out: Tensor)
 def _call_swiglu(fn: Callable, x: Tensor, W_gate: Tensor, W_in: Tensor, W_out: Tensor):
     try:
         return attempt(fn, x, W_gate, W_in, W_out)
-    except RuntimeError as error:  # shape mismatches in matmul
-        fail(f"swiglu raised RuntimeError: {error}\n"
-             f"With x {tuple(x.shape)}, W_gate and W_in {tuple(W_in.shape)}, W_out {tuple(W_out.shape)}: "
+    except RuntimeError as error:
+        shapes = f"With x {tuple(x.shape)}, W_gate and W_in {tuple(W_in.shape)}, W_out {tuple(W_out.shape)}: "
+        if "size of tensor a" in str(error):  # an elementwise product of tensors whose last sizes differ
+            fail(f"swiglu raised RuntimeError: {error}\n{shapes}an elementwise product met a tensor of width "
+                 f"d_ff={W_in.shape[0]} (such as the gate) and one of width d_model={W_in.shape[1]} (such as x itself). "
+                 f"{PRECEDENCE_HINT}")
+        fail(f"swiglu raised RuntimeError: {error}\n{shapes}"  # a matmul whose inner sizes differ
              f"if this is a shape mismatch, check the orientation of the weights. {TRANSPOSED_HINT}")
 
 
@@ -182,7 +209,9 @@ def check_swiglu(fn: Callable[[Tensor, Tensor, Tensor, Tensor], Tensor]) -> Verd
     ``(batch, seq, d_model)``. Called twice: with ``d_ff != d_model`` (transposed weights then fail
     on shapes), and with square weights (transposed weights then give wrong values). Diagnoses:
     gate and input swapped; sigmoid (GLU) or GELU (GEGLU) instead of SiLU; no gate (a plain SiLU
-    FFN); no SiLU; no output projection; transposed weights.
+    FFN); no SiLU; SiLU after the product or on both projections; the projections added instead of
+    multiplied; no output projection; transposed weights; missing brackets (``*`` and ``@`` group
+    from the left).
 
     Returns True when right, False when ``fn`` still raises NotImplementedError; raises
     :class:`~transformer_lib.exercises._checking.ExerciseFailed` with a diagnosis otherwise.

@@ -22,7 +22,9 @@ from torch import Tensor, nn
 from ..layers.block import TransformerBlock
 from ..layers.feedforward import FeedForward
 from ..layers.normalization import LayerNorm, RMSNorm
-from ._checking import NOT_IMPLEMENTED, attempt, check_against, close, correct, expect_tensor, fail, pending, Verdict
+from ._checking import (
+    NOT_IMPLEMENTED, ExerciseFailed, Verdict, attempt, call, check_against, close, correct, expect_tensor, fail, pending,
+)
 
 EPS = 1e-3  # the eps the checks pass: as large as the quiet token's variance, so its placement shows
 
@@ -49,7 +51,34 @@ def _stats_norm(x: Tensor, dim=-1, correction: int = 0) -> tuple[Tensor, Tensor]
     return mean, var
 
 
+KEEPDIM_HINT = (
+    "This looks like a reduction without keepdim=True: a per-token statistic such as x.mean(dim=-1) has shape "
+    "(batch, seq), which no longer lines up with x's (batch, seq, d_model), so it cannot broadcast against x. "
+    "Keep the reduced dimension: x.mean(dim=-1, keepdim=True) has shape (batch, seq, 1)."
+)
+
+
+def _call_norm(name: str, fn: Callable, *args):
+    """The reader's norm through :func:`_checking.call` (an exception becomes a diagnosis naming the argument
+    shapes); a broadcasting error, the usual sign of a missing ``keepdim=True``, also gets the keepdim hint."""
+    try:
+        return attempt(fn, *(a.clone() if isinstance(a, Tensor) else a for a in args))
+    except ExerciseFailed:
+        raise
+    except Exception as error:  # run it again through call(), which reports it with the shapes
+        broadcast = "must match the size of tensor" in str(error)
+        return call(name, fn, *args, hint=KEEPDIM_HINT if broadcast else "")
+
+
 # ---------------------------------------------------------------------------------- LayerNorm
+
+CANCELLATION_HINT = (
+    "Your formula is right on paper but not in float32: with the same inputs in float64 it gives the right answer. "
+    "That is catastrophic cancellation. E[x^2] - E[x]^2 is the variance, but for a token with a large mean and a "
+    "tiny variance (here the quiet token: mean about 5, variance about 2e-4) E[x^2] and E[x]^2 agree in almost all "
+    "of float32's 7 significant digits, and their difference keeps mostly rounding error. Subtract the mean first "
+    "and average the squares of what is left, mean((x - mean)**2), as nn.LayerNorm does."
+)
 
 
 def layer_norm_mistakes(x: Tensor, weight: Tensor, bias: Tensor, eps: float) -> dict[str, Tensor]:
@@ -77,6 +106,12 @@ def layer_norm_mistakes(x: Tensor, weight: Tensor, bias: Tensor, eps: float) -> 
         "You forgot to subtract the mean, and your variance is mean(x**2) (that is RMSNorm). LayerNorm centres "
         "first: (x - mean) / sqrt(mean((x - mean)**2) + eps).":
             x / (x.pow(2).mean(-1, keepdim=True) + eps).sqrt() * weight + bias,
+        "Your variance is mean(x**2), the mean square of x before centring: it includes the mean. LayerNorm's "
+        "variance is taken after subtracting the mean: mean((x - mean)**2).":
+            centred / (x.pow(2).mean(-1, keepdim=True) + eps).sqrt() * weight + bias,
+        "Where is eps? LayerNorm divides by sqrt(var + eps): without eps a token whose variance is tiny (the "
+        "quiet token here) is blown up, and a constant token gives 0 / 0.":
+            centred / var.sqrt() * weight + bias,
     }
     for dims, where in (((0,), "over the batch, dim 0"), ((1,), "over the sequence, dim 1"),
                         ((1, 2), "over the whole sequence, dims (1, 2)")):
@@ -105,15 +140,34 @@ def check_layer_norm(layer_norm: Callable[[Tensor, Tensor, Tensor, float], Tenso
     ``x`` is ``(batch, seq, d_model)``; ``weight`` and ``bias`` are ``(d_model,)``. The answer must
     have the shape of ``x``. Prints ``Correct!`` and returns a true ``Verdict`` when right; returns a false one (after
     saying so) while the function still raises NotImplementedError; otherwise raises
-    :class:`ExerciseFailed` naming the mistake (eps outside the square root, the unbiased variance,
-    the wrong dimension, a missing gain, bias or mean, an ignored eps argument).
+    :class:`ExerciseFailed` naming the mistake (eps outside the square root or missing, the unbiased
+    variance, the mean square instead of the variance, the wrong dimension, a missing gain, bias or
+    mean, an ignored eps argument, a reduction without ``keepdim=True``, and a variance computed as
+    ``E[x^2] - E[x]^2``, right on paper but cancelling catastrophically in float32).
     """
     args, expected, mistakes = layer_norm_case()
-    got = attempt(layer_norm, *(a.clone() if isinstance(a, Tensor) else a for a in args))
+    got = _call_norm("layer_norm", layer_norm, *args)
+    if isinstance(got, Tensor) and got.shape == expected.shape and not close(got, expected):
+        if not any(close(got, wrong) for wrong in mistakes.values()) and _right_in_float64(layer_norm, args):
+            fail(f"layer_norm is not right yet. {CANCELLATION_HINT}")
     return check_against(
         "layer_norm", got, expected, mistakes,
         success="Your layer_norm matches transformer_lib.LayerNorm (and therefore nn.LayerNorm).",
     )
+
+
+def _right_in_float64(layer_norm: Callable, args: tuple) -> bool:
+    """Whether the reader's layer_norm gives the right answer on the same inputs in float64 (a formula that is
+    right on paper but loses its digits in float32)."""
+    x, weight, bias, eps = (a.double() if isinstance(a, Tensor) else a for a in args)
+    mean = x.mean(-1, keepdim=True)
+    expected = (x - mean) / ((x - mean).pow(2).mean(-1, keepdim=True) + eps).sqrt() * weight + bias
+    try:
+        got = attempt(layer_norm, x, weight, bias, eps)
+    except Exception:
+        return False
+    return isinstance(got, Tensor) and got.shape == expected.shape and torch.allclose(
+        got.double(), expected, atol=1e-6, rtol=1e-6)
 
 
 # ------------------------------------------------------------------------------------ RMSNorm
@@ -125,6 +179,8 @@ def rms_norm_mistakes(x: Tensor, weight: Tensor, eps: float) -> dict[str, Tensor
     mean, var = _stats_norm(x)
     _, var_u = _stats_norm(x, correction=1)
     rms_dim0 = (x.pow(2).mean(0, keepdim=True) + eps).sqrt()
+    rms_dim1 = (x.pow(2).mean(1, keepdim=True) + eps).sqrt()
+    sum_sq = x.pow(2).sum(-1, keepdim=True)
     return {
         "You subtracted the mean: that is LayerNorm. RMSNorm does not centre; it divides x itself by "
         "sqrt(mean(x**2) + eps).": (x - mean) / (var + eps).sqrt() * weight,
@@ -143,6 +199,15 @@ def rms_norm_mistakes(x: Tensor, weight: Tensor, eps: float) -> dict[str, Tensor
             x / (ms + 1e-6).sqrt() * weight,
         "You normalised over the wrong dimension (over the batch, dim 0). RMSNorm's statistic is per token, "
         "over the last (feature) dimension: x.pow(2).mean(dim=-1, keepdim=True).": x / rms_dim0 * weight,
+        "You normalised over the wrong dimension (over the sequence, dim 1). RMSNorm's statistic is per token, "
+        "over the last (feature) dimension: x.pow(2).mean(dim=-1, keepdim=True).": x / rms_dim1 * weight,
+        "You summed the squares instead of averaging them: sqrt(sum(x**2)) is the vector's length, sqrt(d) times "
+        "its RMS. RMSNorm divides by sqrt(mean(x**2) + eps).": x / (sum_sq + eps).sqrt() * weight,
+        "You divided by the vector's length, x.norm(dim=-1), which is sqrt(d) times its RMS. RMSNorm divides by "
+        "sqrt(mean(x**2) + eps).": x / sum_sq.sqrt() * weight,
+        "Where is eps? You divided by the RMS itself, sqrt(mean(x**2)) (F.normalize(x) * sqrt(d) gives the same). "
+        "RMSNorm divides by sqrt(mean(x**2) + eps), which stays away from 0 for a token whose mean square is tiny "
+        "(the quiet token here).": x / ms.sqrt() * weight,
     }
 
 
@@ -162,11 +227,12 @@ def check_rms_norm(rms_norm: Callable[[Tensor, Tensor, float], Tensor]) -> Verdi
     ``x`` is ``(batch, seq, d_model)``; ``weight`` is ``(d_model,)``. Prints ``Correct!`` and
     returns a true ``Verdict`` when right; returns a false one while the function raises NotImplementedError;
     otherwise raises :class:`ExerciseFailed` naming the mistake (subtracting the mean, eps outside
-    the square root, the standard deviation instead of the RMS, no square root, a missing gain,
-    the wrong dimension, an ignored eps argument).
+    the square root or missing, the standard deviation instead of the RMS, no square root, the sum
+    or the length instead of the mean square, a missing gain, the wrong dimension, an ignored eps
+    argument, a reduction without ``keepdim=True``).
     """
     args, expected, mistakes = rms_norm_case()
-    got = attempt(rms_norm, *(a.clone() if isinstance(a, Tensor) else a for a in args))
+    got = _call_norm("rms_norm", rms_norm, *args)
     return check_against(
         "rms_norm", got, expected, mistakes,
         success="Your rms_norm matches transformer_lib.RMSNorm (and therefore nn.RMSNorm).",
@@ -219,6 +285,9 @@ def residual_mistakes(x: Tensor, norm: nn.Module, fn: nn.Module, position: str) 
             "You normalised twice: post-norm feeds x itself (not norm(x)) to the sublayer: norm(x + fn(x)).":
                 norm(pre),
             "The residual sum must use x, not norm(x): norm(x + fn(x)).": norm(norm(x) + fn(x)),
+            "norm(x) + fn(norm(x)) normalises the stream before the sublayer and leaves the sum unnormalised. "
+            "Post-norm feeds x itself to the sublayer and normalises the sum: norm(x + fn(x)).":
+                norm(x) + fn(norm(x)),
         }
 
 
@@ -226,7 +295,7 @@ def _check_residual(step: Callable, position: str) -> Verdict:
     name = f"{position}_norm_residual"
     x, norm, fn = _residual_parts()
     with torch.no_grad():
-        got = attempt(step, x.clone(), norm, fn)
+        got = call(name, step, x, norm, fn)  # an exception: a diagnosis naming the argument shapes
         if got is NOT_IMPLEMENTED:
             return pending(name)
         expected = x + fn(norm(x)) if position == "pre" else norm(x + fn(x))
@@ -241,8 +310,8 @@ def _check_residual(step: Callable, position: str) -> Verdict:
             for m in (block.norm_1, block.norm_2):
                 m.weight.normal_(1.0, 0.5)
                 m.bias.normal_(0.0, 0.5)
-        h = step(x.clone(), block.norm_1, lambda t: block.attn(t))
-        out = step(h, block.norm_2, block.ffn)
+        h = call(name, step, x, block.norm_1, lambda t: block.attn(t))
+        out = call(name, step, h, block.norm_2, block.ffn)
         expect_tensor(name, out, x.shape)
         if not close(out, block(x)):
             fail(f"{name} is right on the single step, but two steps with a TransformerBlock's norms, attention and "
@@ -266,7 +335,8 @@ def check_post_norm_residual(post_norm_residual: Callable[[Tensor, nn.Module, Ca
     """Check ``post_norm_residual(x, norm, fn)``, one post-norm step: ``norm(x + fn(x))``.
 
     Diagnoses pre-norm written instead, a missing residual or norm, a norm on the sublayer's
-    output only, a normalised input to the sublayer and ``norm(x)`` in the sum. Then checks that
+    output only, a normalised input to the sublayer, ``norm(x)`` in the sum, and
+    ``norm(x) + fn(norm(x))``. Then checks that
     two steps, with the parts of a post-norm :class:`transformer_lib.TransformerBlock`, reproduce it.
     """
     return _check_residual(post_norm_residual, "post")

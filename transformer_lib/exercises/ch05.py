@@ -1,14 +1,17 @@
 """Checks for the exercises of chapter 5, *Positional encodings* (``book/05_positions.ipynb``).
 
 * :func:`check_sinusoidal`: the ``(n_positions, d_model)`` sin/cos table of Vaswani et al. (2017).
-* :func:`check_apply_rope`: rotate adjacent feature pairs ``(x[2i], x[2i+1])`` by ``m * theta_i`` (RoPE).
+* :func:`check_apply_rope`: rotate each feature pair ``(x[2i], x[2i+1])`` by ``m * theta_i`` (RoPE).
 
 Each check compares with the library (``tl.sinusoidal_encoding``, ``tl.RotaryEmbedding``) on inputs
-chosen so that every common mistake gives a different answer, and names the mistake it sees.
+chosen so that every common mistake gives a different answer, and names the mistake it sees. A
+wrong base is recognised whatever it is: the check reads the angle of feature pair 1 at position 1
+off the answer, turns it into the base it implies, and rebuilds the answer with that base.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Callable
 
 import torch
@@ -19,24 +22,43 @@ from ._checking import NOT_IMPLEMENTED, attempt, close, correct, diagnose, expec
 
 BASE = 10000.0
 
+# exponents of the frequency of feature pair i (dimensions 2i, 2i+1), as a multiple of 1/d
+_EXPONENTS = {"2i": lambda i: 2 * i, "i": lambda i: i, "4i": lambda i: 4 * i}
+
+
+def _base_from_angle(angle: float, d: int) -> float | None:
+    """The base for which feature pair 1 turns by ``angle`` per position (``angle = base^(-2/d)``),
+    or None when the angle fits no base other than 10000 (a different mistake, or none)."""
+    if not 1e-6 < angle < 1 - 1e-6:  # base^(-2/d) is in (0, 1) for every base > 1
+        return None
+    base = angle ** (-d / 2)
+    if not math.isfinite(base) or math.isclose(base, BASE, rel_tol=1e-3):
+        return None
+    return base
+
+
+def _shown(base: float) -> str:
+    """A base as the reader probably typed it: 4 significant digits (1000, 25000, 1e6, 0.5)."""
+    rounded = float(f"{base:.4g}")
+    if rounded.is_integer() and rounded < 1e6:
+        return str(int(rounded))
+    return f"{rounded:.4g}".replace("e+0", "e").replace("e+", "e")
+
+
 # ---------------------------------------------------------------- (a) sinusoidal encodings
 
 SIN_N_POSITIONS, SIN_D_MODEL = 16, 8
 
 
 def _sinusoidal_variant(n_positions: int, d_model: int, *, swap: bool = False, exponent: str = "2i",
-                        start: int = 0, layout: str = "interleaved") -> Tensor:
+                        start: int = 0, layout: str = "interleaved", base: float = BASE) -> Tensor:
     """The table with one deliberate mistake (for diagnosis)."""
     pos = torch.arange(start, start + n_positions, dtype=torch.float64)[:, None]  # (n, 1)
-    i = torch.arange(d_model // 2, dtype=torch.float64)  # pair index
-    if exponent == "2i":
-        sin_freq = cos_freq = BASE ** (-2 * i / d_model)
-    elif exponent == "i":  # pair i gets base^(i/d): the 2 forgotten
-        sin_freq = cos_freq = BASE ** (-i / d_model)
-    elif exponent == "per-dimension":  # dimension j gets base^(j/d): the cos of a pair uses 2i+1
-        sin_freq, cos_freq = BASE ** (-2 * i / d_model), BASE ** (-(2 * i + 1) / d_model)
-    else:
-        raise ValueError(exponent)
+    i = torch.arange(d_model // 2, dtype=torch.float64)  # feature pair index
+    if exponent == "per-dimension":  # dimension j gets base^(j/d): the cos of a feature pair uses 2i+1
+        sin_freq, cos_freq = base ** (-2 * i / d_model), base ** (-(2 * i + 1) / d_model)
+    else:  # "2i" (right), "i" (the 2 forgotten) or "4i" (the 2 counted twice)
+        sin_freq = cos_freq = base ** (-_EXPONENTS[exponent](i) / d_model)
     sin, cos = torch.sin(pos * sin_freq), torch.cos(pos * cos_freq)  # (n, d/2) each
     if swap:
         sin, cos = cos, sin
@@ -45,13 +67,20 @@ def _sinusoidal_variant(n_positions: int, d_model: int, *, swap: bool = False, e
     return torch.stack([sin, cos], dim=-1).flatten(-2).float()  # sin on even, cos on odd dimensions
 
 
+def _sinusoidal_base(got: Tensor, d_model: int) -> float | None:
+    """The base implied by PE[1, 2] = sin(w_1), PE[1, 3] = cos(w_1), if that is what ``got`` holds."""
+    s, c = got[1, 2].item(), got[1, 3].item()
+    return _base_from_angle(math.atan2(s, c), d_model)
+
+
 def check_sinusoidal(sinusoidal: Callable[[int, int], Tensor]) -> Verdict:
     """Check ``sinusoidal(n_positions, d_model) -> (n_positions, d_model)`` (base 10000).
 
     Expected: ``PE[p, 2i] = sin(p / 10000^(2i/d_model))`` and ``PE[p, 2i+1] = cos(p / 10000^(2i/d_model))``
     for positions ``p = 0 .. n_positions - 1``. Diagnoses: sin and cos swapped, ``i`` instead of
-    ``2i`` in the exponent, an exponent per dimension instead of per pair, positions starting at 1,
-    and sin/cos in two halves instead of interleaved.
+    ``2i`` in the exponent, the 2 counted twice (``4i``), an exponent per dimension instead of per
+    feature pair, positions starting at 1, sin/cos in two halves instead of interleaved, and a base
+    other than 10000 (named).
     """
     name = "sinusoidal"
     n, d = SIN_N_POSITIONS, SIN_D_MODEL
@@ -61,22 +90,33 @@ def check_sinusoidal(sinusoidal: Callable[[int, int], Tensor]) -> Verdict:
     expected = sinusoidal_encoding(n, d, BASE)
     expect_tensor(name, got, expected.shape)
     if not close(got, expected):
-        diagnose(name, got, expected, {
+        mistakes = {
             "You put cos on the even dimensions and sin on the odd ones: PE[p, 2i] is the sin, "
             "PE[p, 2i+1] the cos.": _sinusoidal_variant(n, d, swap=True),
-            "The exponent uses the pair index i, but it should be 2i/d_model: pair i (dimensions 2i and "
-            "2i+1) has frequency 1 / 10000^(2i/d_model), falling from 1 towards 1/10000 across the pairs.":
+            "The exponent uses the feature pair index i, but it should be 2i/d_model: feature pair i "
+            "(dimensions 2i and 2i+1) has frequency 1 / 10000^(2i/d_model), falling from 1 towards 1/10000. "
+            "(Your table is also the right one for base 100 = sqrt(10000): if you typed 100, type 10000.)":
                 _sinusoidal_variant(n, d, exponent="i"),
-            "You gave every dimension its own frequency (10000^(j/d_model) for dimension j), so the cos of a "
-            "pair is slower than its sin. Both dimensions 2i and 2i+1 of a pair share 10000^(2i/d_model).":
-                _sinusoidal_variant(n, d, exponent="per-dimension"),
+            "You counted the 2 twice: your exponent is 4i/d_model instead of 2i/d_model. If your i comes "
+            "from torch.arange(0, d_model, 2) it already is 2i (0, 2, 4, ...), so divide it by d_model "
+            "without multiplying by 2 again. (Your table is also the right one for base 10000^2 = 1e8.)":
+                _sinusoidal_variant(n, d, exponent="4i"),
+            "You gave every dimension its own frequency (1 / 10000^(j/d_model) for dimension j), so the cos of a "
+            "feature pair is slower than its sin. Both dimensions 2i and 2i+1 of a feature pair share "
+            "10000^(2i/d_model).": _sinusoidal_variant(n, d, exponent="per-dimension"),
             "Your positions start at 1; they start at 0 (the first row is sin(0) = 0, cos(0) = 1, "
             "alternating).": _sinusoidal_variant(n, d, start=1),
             "You put all the sines in the first half and all the cosines in the second half. The "
             "convention here interleaves them: sin on even dimensions 2i, cos on odd dimensions 2i+1 "
             "(the same information in a different order, but not the same table).":
                 _sinusoidal_variant(n, d, layout="halves"),
-        })
+        }
+        base = _sinusoidal_base(got, d)
+        if base is not None:
+            mistakes[f"Your table uses base {_shown(base)} instead of 10000: the frequency of feature pair i "
+                     f"is 1 / 10000^(2i/d_model). Everything else (sin/cos, layout, positions) is right."] = \
+                _sinusoidal_variant(n, d, base=base)
+        diagnose(name, got, expected, mistakes)
     return correct(f"Your table matches tl.sinusoidal_encoding({n}, {d}).")
 
 
@@ -86,11 +126,16 @@ ROPE_SEQ, ROPE_HEAD_DIM, ROPE_OFFSET = 6, 8, 5
 
 
 def _rope_variant(x: Tensor, offset: int = 0, *, sign: float = 1.0, pairing: str = "adjacent",
-                  exponent: str = "-2i/d", start: int = 0) -> Tensor:
-    """RoPE with one deliberate mistake (for diagnosis). ``x``: ``(seq, head_dim)``."""
+                  exponent: str = "-2i/d", start: int = 0, base: float = BASE, in_place: str = "") -> Tensor:
+    """RoPE with one deliberate mistake (for diagnosis). ``x``: ``(seq, head_dim)``.
+
+    ``in_place="even first"``: the even features are overwritten before the odd ones are computed
+    from them; ``"odd first"``: the other way round.
+    """
     seq, d = x.shape
     i = torch.arange(d // 2, dtype=torch.float64)
-    theta = {"-2i/d": BASE ** (-2 * i / d), "-i/d": BASE ** (-i / d), "+2i/d": BASE ** (2 * i / d)}[exponent]
+    theta = {"-2i/d": base ** (-2 * i / d), "-i/d": base ** (-i / d), "-4i/d": base ** (-4 * i / d),
+             "+2i/d": base ** (2 * i / d)}[exponent]
     m = torch.arange(offset + start, offset + start + seq, dtype=torch.float64)[:, None]
     angle = m * theta  # (seq, d/2)
     cos, sin = angle.cos(), sign * angle.sin()
@@ -99,38 +144,78 @@ def _rope_variant(x: Tensor, offset: int = 0, *, sign: float = 1.0, pairing: str
         x1, x2 = x[:, : d // 2], x[:, d // 2:]
         return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1).float()
     x1, x2 = x[:, 0::2], x[:, 1::2]
-    return torch.stack([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1).flatten(-2).float()
+    if in_place == "even first":  # the odd coordinate computed from the already-rotated even one
+        new1 = x1 * cos - x2 * sin
+        new2 = new1 * sin + x2 * cos
+    elif in_place == "odd first":
+        new2 = x1 * sin + x2 * cos
+        new1 = x1 * cos - new2 * sin
+    else:
+        new1, new2 = x1 * cos - x2 * sin, x1 * sin + x2 * cos
+    return torch.stack([new1, new2], dim=-1).flatten(-2).float()
 
 
-def _rope_mistakes(x: Tensor, offset: int) -> dict[str, Tensor]:
-    return {
+def _rope_base(x: Tensor, got: Tensor, offset: int) -> float | None:
+    """The base implied by the angle by which ``got`` turned feature pair 1 of the row at position 1."""
+    row = 1 - offset
+    if not 0 <= row < x.shape[0]:
+        return None
+    (a, b), (a2, b2) = x[row, 2:4].double().tolist(), got[row, 2:4].double().tolist()
+    angle = math.atan2(a * b2 - b * a2, a * a2 + b * b2)  # from (a, b) to (a2, b2), counter-clockwise
+    return _base_from_angle(angle, x.shape[1])
+
+
+def _rope_mistakes(x: Tensor, offset: int, got: Tensor) -> dict[str, Tensor]:
+    mistakes = {
         "You forgot the position: the output equals the input. Row m must be rotated by the angle "
-        "m * theta_i in pair i (only row 0, angle 0, stays the same).": x.clone(),
+        "m * theta_i in feature pair i (only row 0, angle 0, stays the same).": x.clone(),
         "Your rotation goes the wrong way (the sign of sin is flipped). Rotating (a, b) by the angle t "
         "gives (a cos t - b sin t, a sin t + b cos t).": _rope_variant(x, offset, sign=-1.0),
+        "You overwrote the even features x[..., 0::2] in place and then computed the odd ones "
+        "x[..., 1::2] from the already-rotated values (a view such as a = x[..., 0::2] changes with x): "
+        "your second coordinate is a' sin t + b cos t instead of a sin t + b cos t. Write both "
+        "coordinates into a new tensor (out = torch.empty_like(x)), or compute both from the old values "
+        "before assigning either.": _rope_variant(x, offset, in_place="even first"),
+        "You overwrote the odd features x[..., 1::2] in place and then computed the even ones "
+        "x[..., 0::2] from the already-rotated values (a view such as b = x[..., 1::2] changes with x): "
+        "your first coordinate is a cos t - b' sin t instead of a cos t - b sin t. Write both "
+        "coordinates into a new tensor (out = torch.empty_like(x)), or compute both from the old values "
+        "before assigning either.": _rope_variant(x, offset, in_place="odd first"),
         "You paired feature i with feature i + head_dim/2 (the 'rotate_half' convention of Hugging Face's "
         "LLaMA). That is the same rotation applied to permuted features, equivalent if the weights are "
-        "permuted to match, but not equal: here the pairs are adjacent, (x[2i], x[2i+1]).":
+        "permuted to match, but not equal: here each feature pair is adjacent, (x[2i], x[2i+1]).":
             _rope_variant(x, offset, pairing="halves"),
         "Your theta_i uses i/head_dim in the exponent; it should be theta_i = 10000^(-2i/head_dim) for "
-        "pair i (the 2 is missing).": _rope_variant(x, offset, exponent="-i/d"),
+        "feature pair i (the 2 is missing). (That is also the right answer for base 100 = sqrt(10000): "
+        "if you typed 100, type 10000.)": _rope_variant(x, offset, exponent="-i/d"),
+        "You counted the 2 twice: your theta_i = 10000^(-4i/head_dim) instead of 10000^(-2i/head_dim). "
+        "If your i comes from torch.arange(0, head_dim, 2) it already is 2i (0, 2, 4, ...), so divide "
+        "it by head_dim without multiplying by 2 again. (That is also the right answer for base "
+        "10000^2 = 1e8.)": _rope_variant(x, offset, exponent="-4i/d"),
         "Your theta_i = 10000^(+2i/head_dim) has the wrong sign in the exponent: the frequencies must "
-        "decrease, theta_i = 10000^(-2i/head_dim), from 1 for pair 0 towards 1/10000.":
+        "decrease, theta_i = 10000^(-2i/head_dim), from 1 for feature pair 0 towards 1/10000.":
             _rope_variant(x, offset, exponent="+2i/d"),
-        "Your positions start at 1; the first row is position 0 (+ positions_offset) and is not rotated.":
+        "Your positions start at 1; the first row is position 0 + positions_offset (with no offset, not rotated at all).":
             _rope_variant(x, offset, start=1),
     }
+    base = _rope_base(x, got, offset)
+    if base is not None:
+        mistakes[f"Your theta_i uses base {_shown(base)} instead of 10000: theta_i = 10000^(-2i/head_dim). "
+                 f"Everything else (direction, feature pairs, positions) is right."] = \
+            _rope_variant(x, offset, base=base)
+    return mistakes
 
 
 def check_apply_rope(apply_rope: Callable[..., Tensor]) -> Verdict:
     """Check ``apply_rope(x, positions_offset=0) -> (seq, head_dim)`` (base 10000).
 
-    Row ``m`` of ``x`` sits at position ``positions_offset + m``; each adjacent pair
+    Row ``m`` of ``x`` sits at position ``positions_offset + m``; each feature pair
     ``(x[m, 2i], x[m, 2i+1])`` is rotated by the angle ``(positions_offset + m) * theta_i`` with
     ``theta_i = 10000^(-2i/head_dim)``. Called once with the default offset and once with
-    ``positions_offset=5``. Diagnoses: no rotation, rotation in the wrong direction, halves pairing
-    (``i`` with ``i + head_dim/2``), a wrong theta exponent, positions starting at 1, and an ignored
-    ``positions_offset``.
+    ``positions_offset=5``. Diagnoses: no rotation, rotation in the wrong direction, an in-place
+    overwrite (one coordinate computed from the other's rotated value), halves pairing (``i`` with
+    ``i + head_dim/2``), a wrong theta exponent (``i`` or ``4i`` for ``2i``, or the wrong sign), a base
+    other than 10000 (named), positions starting at 1, and an ignored ``positions_offset``.
     """
     name = "apply_rope"
     g = torch.Generator().manual_seed(5)
@@ -143,7 +228,7 @@ def check_apply_rope(apply_rope: Callable[..., Tensor]) -> Verdict:
     expected = rope(x)
     expect_tensor(name, got, expected.shape)
     if not close(got, expected):
-        diagnose(name + "(x)", got, expected, _rope_mistakes(x, 0))
+        diagnose(name + "(x)", got, expected, _rope_mistakes(x, 0, got))
 
     got = attempt(apply_rope, x.clone(), positions_offset=ROPE_OFFSET)
     if got is NOT_IMPLEMENTED:
@@ -156,7 +241,7 @@ def check_apply_rope(apply_rope: Callable[..., Tensor]) -> Verdict:
             f"positions_offset={ROPE_OFFSET} the first row is rotated by {ROPE_OFFSET} * theta_i.": rope(x),
             "You subtracted positions_offset instead of adding it: row m is at position positions_offset + m.":
                 _rope_variant(x, -ROPE_OFFSET),
-            **_rope_mistakes(x, ROPE_OFFSET),
+            **_rope_mistakes(x, ROPE_OFFSET, got),
         })
     return correct("Your rotation matches tl.RotaryEmbedding, with and without an offset. "
-                   "q·k now depends only on the distance between positions.")
+                   "q·k now depends only on the relative position (the signed offset between the two).")

@@ -118,8 +118,8 @@ def check_tie_weights(tie_weights: Callable[[GPT2], object]) -> Verdict:
         elif _equal(emb, head_values):
             fail(f"{name} is not right yet. The head and embedding are one tensor, but it holds the *head's* "
                  f"values: you tied in the wrong direction (`model.token_embedding.weight = model.lm_head.weight`). "
-                 f"The embedding's values (trained, in a real model) are lost, and an optimizer built before "
-                 f"still updates the old embedding. Point the head at the embedding: {ASSIGN}.")
+                 f"The embedding's values (trained, in a real model) are lost, replaced by the head's. Point the "
+                 f"head at the embedding: {ASSIGN}.")
         else:
             fail(f"{name} is not right yet. The head and embedding are one tensor, but its values are neither the "
                  f"embedding's nor the head's: something re-initialised it after tying (e.g. tl.init_weights_, "

@@ -6,6 +6,8 @@
   to the ``k`` most likely tokens
 * :func:`check_top_p_probs`: ``top_p_probs(logits, p)``, nucleus sampling's distribution: the
   smallest set of most likely tokens whose probability reaches ``p``
+* :func:`check_causal_attention`: ``causal_attention(scores)``, the causal attention weights of the
+  last ``seq_q`` of ``seq_k`` positions (the others come from a KV cache)
 
 The inputs are chosen so that every common mistake gives a different answer. For the loss:
 ``batch=3, seq=8, vocab=7`` (``seq - 1 == vocab``, so forgetting to flatten runs without error and
@@ -24,6 +26,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ..generation import next_token_probs
+from ..layers.masks import causal_mask as _causal_mask
 from ..losses import causal_lm_loss
 from ._checking import NOT_IMPLEMENTED, ExerciseFailed, call, close, correct, expect_tensor, fail, pending, Verdict
 
@@ -35,6 +38,11 @@ def _match(name: str, got: Tensor, expected: Tensor, mistakes: list[tuple[str, T
             fail(f"{name} is not right yet. {hint}")
     fail(f"{name} gives the wrong {what}: expected {_fmt(expected)}, got {_fmt(got)}. "
          f"Check each step against the text.")
+
+
+def _flat(mistakes: dict) -> list[tuple[str, Tensor]]:
+    """``{hint: answer or [answers]}`` as ``(hint, answer)`` pairs, one per answer."""
+    return [(hint, w) for hint, wrong in mistakes.items() for w in (wrong if isinstance(wrong, list) else [wrong])]
 
 
 def _fmt(t: Tensor) -> str:
@@ -82,7 +90,10 @@ def lm_loss_mistakes(logits: Tensor, ids: Tensor) -> list[tuple[str, Tensor]]:
             F.cross_entropy(pred, target),
         "Your logits and targets are flattened in different orders (one batch-major, the other position-major), "
         "so each prediction is scored against another position's token. Slice both the same way and flatten "
-        "both with .reshape(-1, ...).": F.cross_entropy(pred.transpose(0, 1).reshape(-1, vocab), target.reshape(-1)),
+        "both with .reshape(-1, ...), without transposing either.": [
+            ce(pred.transpose(0, 1), target),   # logits position-major, targets batch-major
+            ce(pred, target.transpose(0, 1)),   # logits batch-major, targets position-major (target.T)
+        ],
         "You summed the losses over all positions: the loss is the *mean* over the batch x (seq - 1) "
         "predictions (F.cross_entropy's default reduction='mean').": ce(pred, target, reduction="sum"),
         "You summed over the positions and averaged over the batch: average over every prediction, batch and "
@@ -96,7 +107,7 @@ def lm_loss_mistakes(logits: Tensor, ids: Tensor) -> list[tuple[str, Tensor]]:
         "log_softmax, or use F.cross_entropy, which does it for you.": -pred.gather(-1, target[..., None]).mean(),
         "Wrong sign: the loss is minus the mean log-probability of the targets, a positive number.": logp.mean(),
     }
-    return [(hint, w) for hint, wrong in mistakes.items() for w in (wrong if isinstance(wrong, list) else [wrong])]
+    return _flat(mistakes)
 
 
 def check_lm_loss(fn: Callable[[Tensor, Tensor], Tensor]) -> Verdict:
@@ -164,7 +175,7 @@ def top_k_mistakes(logits: Tensor, k: int) -> list[tuple[str, Tensor]]:
     probs, n = logits.softmax(-1), logits.numel()
     desc = torch.argsort(logits, descending=True)
     vocab_order = torch.arange(n)
-    return list({
+    return _flat({
         f"You kept {k - 1} tokens, one too few: keep the k = {k} most likely (torch.topk(logits, k), and keep "
         f"every token whose logit is >= the k-th largest, values[-1]).": _keep(probs, _first(desc, k - 1, n)),
         f"You kept {k + 1} tokens, one too many: the k-th largest logit is torch.topk(logits, k).values[-1] "
@@ -178,7 +189,10 @@ def top_k_mistakes(logits: Tensor, k: int) -> list[tuple[str, Tensor]]:
             _keep(probs, _first(desc.flip(0), k, n)),
         "You kept the k most likely tokens but gave them equal probability: keep their softmax probabilities, "
         "renormalised.": _first(desc, k, n).float() / k,
-    }.items())
+        "You filled the dropped logits with 0 instead of -inf before the softmax: a logit of 0 still gets "
+        "weight exp(0) = 1, so every dropped token keeps a probability as large as a token scored 0. Fill "
+        "them with float('-inf'): exp(-inf) = 0.": logits.masked_fill(~_first(desc, k, n), 0.0).softmax(-1),
+    })
 
 
 def top_p_mistakes(logits: Tensor, p: float) -> list[tuple[str, Tensor]]:
@@ -190,7 +204,7 @@ def top_p_mistakes(logits: Tensor, p: float) -> list[tuple[str, Tensor]]:
     vocab_cum = probs.cumsum(0)
     unsorted = vocab_cum - probs < p  # the nucleus rule applied in vocabulary order
     asc = desc.flip(0)
-    return list({
+    return _flat({
         f"You left out the token that crosses the threshold: the nucleus is the *smallest* set whose probability "
         f"reaches p, so it includes the token that takes the running sum past p = {p} (here you kept {m - 1} "
         f"tokens instead of {m}). Keep a token while the probability of the tokens ranked above it is < p.":
@@ -211,7 +225,20 @@ def top_p_mistakes(logits: Tensor, p: float) -> list[tuple[str, Tensor]]:
         "You kept the tokens in sorted order but did not map them back: the answer must be indexed by token id, "
         "as the input was (scatter the sorted values back with the permutation torch.sort returned).":
             _keep(probs[desc], torch.arange(n) < m),
-    }.items())
+        "You mapped the sorted answer back by indexing with the permutation (keep_sorted[order], or "
+        "kept_sorted[order]) instead of scattering: order[j] is the token at sorted position j, so indexing "
+        "with it applies the permutation a second time. Scatter back: torch.zeros_like(keep_sorted)"
+        ".scatter(0, order, keep_sorted), or index with the inverse permutation, order.argsort().":
+            _gathered_back(probs, desc, m),
+    })
+
+
+def _gathered_back(probs: Tensor, desc: Tensor, m: int) -> list[Tensor]:
+    """Top-p's right sorted answer, indexed with the permutation instead of scattered back (two ways)."""
+    n = probs.numel()
+    keep_sorted = torch.arange(n) < m
+    kept_sorted = _keep(probs[desc], keep_sorted)
+    return [_keep(probs, keep_sorted[desc]), kept_sorted[desc]]
 
 
 def _check_filter(name: str, got, logits: Tensor, expected: Tensor, mistakes: list[tuple[str, Tensor]], case: str) -> None:
@@ -235,7 +262,8 @@ def check_top_k_probs(fn: Callable[[Tensor, int], Tensor]) -> Verdict:
     when right; returns a false one while ``fn`` raises NotImplementedError; otherwise raises
     :class:`ExerciseFailed` naming the mistake: ``k - 1`` or ``k + 1`` tokens kept, no renormalisation,
     the first ``k`` tokens of the vocabulary (no sorting), the ``k`` least likely, equal probabilities,
-    or filtered logits returned instead of probabilities.
+    the dropped logits filled with 0 instead of ``-inf``, or filtered logits returned instead of
+    probabilities.
     """
     name = "top_k_probs"
     for k in (3, 1, 10):
@@ -265,7 +293,8 @@ def check_top_p_probs(fn: Callable[[Tensor, float], Tensor]) -> Verdict:
     while ``fn`` raises NotImplementedError; otherwise raises :class:`ExerciseFailed` naming the
     mistake: the crossing token left out, one token too many, no renormalisation, the cumulative sum
     taken in vocabulary order (no sorting; with or without the crossing token), an ascending sort,
-    the answer left in sorted order, or filtered logits returned instead of probabilities.
+    the answer left in sorted order, the answer mapped back by indexing with the sort's permutation
+    instead of scattering, or filtered logits returned instead of probabilities.
     """
     name = "top_p_probs"
     for p in TOP_P_CASES:
@@ -279,3 +308,130 @@ def check_top_p_probs(fn: Callable[[Tensor, float], Tensor]) -> Verdict:
         _check_filter(name, got, logits, expected, top_p_mistakes(logits, p), f"logits, p={p}")
     return correct("Your nucleus matches tl.next_token_probs(logits, top_p=p): the fewest most likely tokens whose "
                    "probability reaches p, renormalised.")
+
+
+# ------------------------------------------------------------------- causal attention, with a KV cache
+
+# (seq_q, seq_k): a training pass (no cache), one generated token after 5 cached ones, and 3 new
+# tokens after 4 cached ones. The first makes the usual masking mistakes visible, the last two a
+# mask that ignores the cache.
+CAUSAL_CASES = ((5, 5), (1, 6), (3, 7))
+
+
+def causal_scores(seq_q: int, seq_k: int, seed: int = 0) -> Tensor:
+    """``(batch=2, n_heads=3, seq_q, seq_k)`` attention scores of a few units, all distinct."""
+    g = torch.Generator().manual_seed(seed + 10 * seq_q + seq_k)
+    return 1.5 * torch.randn(2, 3, seq_q, seq_k, generator=g)
+
+
+def causal_attention_mistakes(scores: Tensor) -> list[tuple[str, Tensor]]:
+    """``(hint, the weights that mistake gives)`` for the common mistakes in causal attention weights.
+
+    A wrong mask is tried with both fills a reader might use, ``-inf`` and a large finite number
+    (``-1e9``, ``torch.finfo(...).min``): they differ only where a query is left with no key at all.
+    """
+    seq_q, seq_k = scores.shape[-2:]
+    offset = seq_k - seq_q  # the number of cached keys before the first query
+    ones = torch.ones(seq_q, seq_k, dtype=torch.bool)
+    mask = ones.tril(offset)
+
+    def attend(keep: Tensor) -> list[Tensor]:
+        """The softmax with the keys outside ``keep`` hidden: filled with -inf, and with -1e9."""
+        return [scores.masked_fill(~keep, fill).softmax(-1) for fill in (float("-inf"), -1e9)]
+
+    mistakes = [
+        ("You set the hidden scores to 0 instead of -inf (masked_fill(~mask, 0), or scores * mask): a score of 0 "
+         "still gets weight exp(0) = 1 in the softmax, so every query still attends to the future keys, as much "
+         "as to a key it scores 0. Fill the hidden scores with float('-inf'): exp(-inf) = 0.",
+         [scores.masked_fill(~mask, 0.0).softmax(-1)]),
+        ("You applied the mask after the softmax: zeroing the future weights leaves each row summing to less "
+         "than 1 (the softmax had already spread probability over the future keys). Mask the *scores* with "
+         "-inf, then take the softmax, so the visible keys share all of the weight.",
+         [scores.softmax(-1).masked_fill(~mask, 0.0)]),
+        ("Your mask is off by one: it hides the diagonal, so no position may attend to itself (tril with a "
+         "diagonal one too low; the first query then sees no key at all, and its row is NaN with -inf or uniform "
+         "with a finite fill). Query i sits at position seq_k - seq_q + i and may see keys 0 .. "
+         "seq_k - seq_q + i, itself included: torch.tril(..., diagonal=seq_k - seq_q).",
+         attend(ones.tril(offset - 1))),
+        ("Your mask is off by one the other way: every query also sees the next key, one step into the future "
+         "(tril with a diagonal one too high). Query i may see keys 0 .. seq_k - seq_q + i: "
+         "torch.tril(..., diagonal=seq_k - seq_q).",
+         attend(ones.tril(offset + 1))),
+        ("Your mask is inverted: you hid the keys a query may see (masked_fill(mask, -inf)) and kept the "
+         "future. With True = may attend, hide where the mask is False: scores.masked_fill(~mask, float('-inf')).",
+         attend(~mask)),
+        ("Your mask is the upper triangle: query i sees keys j >= i, the future. A causal mask is True on and "
+         "below the diagonal (torch.tril).",
+         attend(ones.triu(offset))),
+        ("Your mask ignores the cache: with seq_q < seq_k the queries are the *last* seq_q positions, so query i "
+         "is at position seq_k - seq_q + i and sees the cached keys too. torch.tril(ones(seq_q, seq_k)) lets "
+         "query i see only keys 0 .. i; shift the diagonal: torch.tril(..., diagonal=seq_k - seq_q) "
+         "(tl.causal_mask(seq_q, seq_k)).",
+         attend(ones.tril(0))),
+        ("You took the softmax over the queries (dim=-2): each key's weights sum to 1 instead of each query's. "
+         "The softmax runs over the keys, the last dimension.",
+         [scores.masked_fill(~mask, fill).softmax(-2) for fill in (float("-inf"), -1e9)]),
+        ("You added the bool mask to the scores (True counts as +1, False as 0), which hides nothing. Use it to "
+         "choose: scores.masked_fill(~mask, float('-inf')).", [(scores + mask).softmax(-1)]),
+        ("You left out the mask: every query attends to every key, the future included.", [scores.softmax(-1)]),
+    ]
+    return [(hint, w) for hint, wrongs in mistakes for w in wrongs]
+
+
+def _same_nan(a: Tensor, b: Tensor) -> bool:
+    return a.shape == b.shape and torch.allclose(a.float(), b.float(), atol=1e-5, rtol=1e-4, equal_nan=True)
+
+
+def check_causal_attention(fn: Callable[[Tensor], Tensor]) -> Verdict:
+    """Check ``fn(scores) -> weights``: causal attention weights, with or without a KV cache.
+
+    ``scores`` is ``(batch, n_heads, seq_q, seq_k)`` (already scaled by ``1/sqrt(d_head)``); the queries
+    are the *last* ``seq_q`` of ``seq_k`` positions (the first ``seq_k - seq_q`` keys come from the
+    cache), so query ``i`` may attend to keys ``0 .. seq_k - seq_q + i``. The answer is the softmax over
+    the keys of the scores with every other key set to ``-inf``:
+    ``scores.masked_fill(~tl.causal_mask(seq_q, seq_k), float('-inf')).softmax(-1)``.
+
+    Tried with ``(seq_q, seq_k)`` = (5, 5), (1, 6) and (3, 7). Prints ``Correct!`` and returns a true
+    ``Verdict`` when right; returns a false one while ``fn`` raises NotImplementedError; otherwise raises
+    :class:`ExerciseFailed` naming the mistake: hidden scores set to 0 instead of -inf (or multiplied
+    by the mask), the mask applied after the softmax, the mask off by one (diagonal hidden, or one key
+    of the future shown), inverted, the upper triangle, the cache ignored (``tril`` without the
+    offset), the softmax over the queries, the mask added, or no mask; and, for other wrong answers,
+    NaN rows (a query that sees no key), rows that do not sum to 1, or weight left on a future key.
+    """
+    name = "causal_attention"
+    for seq_q, seq_k in CAUSAL_CASES:
+        scores = causal_scores(seq_q, seq_k)
+        case = f"seq_q={seq_q}, seq_k={seq_k}" + ("" if seq_q == seq_k else f", {seq_k - seq_q} cached keys")
+        got = call(name, fn, scores, hint="Build the mask with torch.tril(torch.ones(seq_q, seq_k, "
+                   "dtype=torch.bool), diagonal=seq_k - seq_q), fill the hidden scores with float('-inf'), then "
+                   "softmax over the last dim.")
+        if got is NOT_IMPLEMENTED:
+            return pending(name)
+        mask = _causal_mask(seq_q, seq_k)
+        expected = scores.masked_fill(~mask, float("-inf")).softmax(-1)
+        expect_tensor(f"{name} ({case})", got, expected.shape)
+        if close(got, expected):
+            continue
+        for hint, wrong in causal_attention_mistakes(scores):
+            if _same_nan(got, wrong):
+                fail(f"{name} ({case}) is not right yet. {hint}")
+        got = got.detach().float()
+        if got.isnan().any():
+            fail(f"{name} ({case}): your weights contain NaN. A softmax row of all -inf gives NaN: some query sees "
+                 f"no key at all. Every query must see at least itself (key seq_k - seq_q + i for query i).")
+        rows = got.sum(-1)
+        if not torch.allclose(rows, torch.ones_like(rows), atol=1e-4):
+            fail(f"{name} ({case}): each query's weights must sum to 1 over the keys, but yours sum to "
+                 f"{[round(v, 3) for v in rows.flatten()[:4].tolist()]}... Mask the scores with -inf *before* a "
+                 f"softmax over the last dimension.")
+        leak = got.masked_select(~mask.expand_as(got))
+        if leak.numel() and leak.abs().max() > 1e-6:
+            fail(f"{name} ({case}): some query puts weight {leak.abs().max().item():.3g} on a key after it. Query i "
+                 f"may see keys 0 .. seq_k - seq_q + i only: fill the scores of the others with float('-inf').")
+        err = (got - expected).abs().max().item()
+        fail(f"{name} ({case}) gives the wrong weights (largest difference from the right answer: {err:.3g}), "
+             f"though each row sums to 1 and no future key gets weight. Check that you take the softmax of the "
+             f"scores you were given, unchanged apart from the mask.")
+    return correct("Your weights match tl.causal_mask + softmax: every query sees itself and the keys before it, "
+                   "cached ones included, and no key after it.")

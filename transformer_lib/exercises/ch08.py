@@ -10,8 +10,10 @@ The inputs are chosen so that every common mistake gives a different answer. For
 batch with ``[CLS]`` / ``[SEP]`` / padding and a vocabulary of 40 whose special ids are the first
 four (so a random replacement drawn from the whole vocabulary, or an index used as an id, shows),
 some special positions with a small ``u_choose`` (so choosing them shows), and every chosen
-action (``[MASK]``, random, unchanged) present. For the loss: positions whose corrupted input
-differs from their label, and a head that records which positions it was run on.
+action (``[MASK]``, random, unchanged) present. For the loss: the chapter's vocabulary (65
+characters and ``[MASK]`` = 65), chosen positions that became ``[MASK]``, one that became a random
+token and one left unchanged (so a loss over the ``[MASK]`` inputs alone shows), and a head that
+records which positions it was run on.
 """
 
 from __future__ import annotations
@@ -119,6 +121,11 @@ def mlm_mask_mistakes(ids: Tensor, u_choose: Tensor, u_action: Tensor, u_token: 
     labels = {
         "Your labels hold a token at every position. Only the chosen positions are predicted: labels must be "
         f"the original token there and IGNORE_INDEX ({IGNORE_INDEX}) everywhere else, so the loss skips them.": ids,
+        "Your labels are 0 at the positions that were not chosen. 0 is a token id like any other (here padding; "
+        "in the chapter's character vocabulary it is the newline), so the loss would train the model to predict "
+        f"token 0 at every one of them. Put IGNORE_INDEX ({IGNORE_INDEX}) there: F.cross_entropy skips that label "
+        "(its ignore_index defaults to -100), and BERT.mlm_loss runs the head only where labels != -100.":
+            torch.where(chosen, ids, torch.zeros_like(ids)),
         "Your labels also hold the padding / [CLS] / [SEP] positions: a position whose token is in special_ids "
         "is never chosen. Require maskable = ~torch.isin(input_ids, special_ids) when choosing.":
             torch.where(chosen_any, ids, ignore),
@@ -144,8 +151,10 @@ def mlm_mask_mistakes(ids: Tensor, u_choose: Tensor, u_action: Tensor, u_token: 
         "You applied the 80/10/10 split to every token (special ones included) instead of only the chosen 15%. "
         "First choose 15% of the non-special positions; only those are changed.": corrupt(torch.ones_like(chosen)),
         "Your random replacements can be special tokens (padding, [CLS], [SEP], [MASK]): you drew from the whole "
-        "vocabulary, int(u_token * vocab_size). Draw from the allowed ids only: replacements = the ids in "
-        "[0, vocab_size) not in special_ids, then replacements[int(u_token * len(replacements))].":
+        "vocabulary, int(u_token * vocab_size). BERT's original code and Hugging Face's collator do draw from the "
+        "whole vocabulary, but this exercise follows tl.MLMCollator's default, which draws from the ids that are "
+        "not special: replacements = the ids in [0, vocab_size) not in special_ids, then "
+        "replacements[int(u_token * len(replacements))].":
             corrupt(chosen, random_ids=(u_token * VOCAB).long()),
         "Your random replacement is an index into the allowed ids, not the id itself: int(u_token * "
         "len(replacements)) can still be a special id. Use replacements[int(u_token * len(replacements))].":
@@ -155,7 +164,8 @@ def mlm_mask_mistakes(ids: Tensor, u_choose: Tensor, u_action: Tensor, u_token: 
         "The chosen positions with 0.8 <= u_action < 0.9 became [MASK]: they must get a random token instead "
         "(only u_action < 0.8 gives [MASK]).": corrupt(chosen, mask_below=MASK_FRACTION + RANDOM_FRACTION),
         "All your chosen positions were changed: the 10% with u_action >= 0.9 must keep their original token "
-        "(so that the model cannot assume an unmasked token is always right).":
+        "(BERT keeps them to bias the representation towards the actual observed word; the random 10% is "
+        "what keeps the model from trusting every visible token).":
             corrupt(chosen, random_below=1.0),
     }
     return labels, corrupted
@@ -176,9 +186,10 @@ def check_mlm_mask(mlm_mask: Callable[..., tuple[Tensor, Tensor]]) -> Verdict:
 
     Returns ``(corrupted, labels)``. Prints ``Correct!`` and returns a true ``Verdict`` when right; returns a false one
     while the function raises NotImplementedError; otherwise raises :class:`ExerciseFailed` naming
-    the mistake (special tokens or padding chosen, labels at unchosen positions, labels holding the
-    corrupted tokens or only the [MASK] positions, the 80/10/10 split applied to every token, random
-    tokens drawn from the special ids, the random or unchanged share missing, an input changed in place).
+    the mistake (special tokens or padding chosen, labels at unchosen positions, labels of 0 instead of
+    -100 there, labels holding the corrupted tokens or only the [MASK] positions, the 80/10/10 split
+    applied to every token, random tokens drawn from the special ids, the random or unchanged share
+    missing, an input changed in place).
     """
     name = "mlm_mask"
     ids, u_choose, u_action, u_token = mlm_mask_inputs()
@@ -217,7 +228,8 @@ def check_mlm_mask(mlm_mask: Callable[..., tuple[Tensor, Tensor]]) -> Verdict:
 
 # ------------------------------------------------------------------------------ the masked loss
 
-D_MODEL, LOSS_VOCAB = 16, 30
+D_MODEL, LOSS_VOCAB = 16, 66
+LOSS_MASK = 65  # [MASK] in the check's batch: the chapter's 65 characters, then [MASK] = 65
 
 
 class RecordingHead(nn.Module):
@@ -238,19 +250,27 @@ class RecordingHead(nn.Module):
 
 
 def masked_lm_loss_inputs(seed: int = 9) -> tuple[Tensor, Tensor, Tensor]:
-    """``hidden (4, 10, 16)``, corrupted ``input_ids (4, 10)`` and ``labels (4, 10)`` with 9 chosen positions."""
+    """``hidden (4, 10, 16)``, corrupted ``input_ids (4, 10)`` and ``labels (4, 10)`` with 9 chosen positions:
+    7 became ``[MASK]`` (``LOSS_MASK``), one a random token, one kept its token."""
     g = torch.Generator().manual_seed(seed)
     batch, seq = 4, 10
     hidden = torch.randn(batch, seq, D_MODEL, generator=g)
-    original = torch.randint(5, LOSS_VOCAB, (batch, seq), generator=g)
+    original = torch.randint(0, LOSS_MASK, (batch, seq), generator=g)  # characters, never [MASK]
     chosen = torch.zeros(batch, seq, dtype=torch.bool)
     for b, t in [(0, 1), (0, 7), (1, 3), (1, 4), (2, 0), (2, 9), (3, 2), (3, 5), (3, 8)]:
         chosen[b, t] = True
     corrupted = original.clone()
-    corrupted[chosen] = 4  # [MASK]
+    corrupted[chosen] = LOSS_MASK
     corrupted[1, 4], corrupted[3, 8] = 17 if original[1, 4] != 17 else 18, original[3, 8]  # one random, one kept
     labels = torch.where(chosen, original, torch.full_like(original, IGNORE_INDEX))
     return hidden, corrupted, labels
+
+
+def mask_only_hint(n_mask: int, n_chosen: int) -> str:
+    return (f"Your loss covers only the {n_mask} positions whose input is [MASK] ({LOSS_MASK}), not all {n_chosen} "
+            "chosen ones. A chosen position that got a random token (10%) or kept its own (10%) is predicted too: "
+            "without them the model would only ever learn at [MASK], a token fine-tuning never shows it. Select the chosen positions by their "
+            "labels, m = labels != -100, not by input_ids == [MASK].")
 
 
 def masked_lm_loss_mistakes(hidden: Tensor, input_ids: Tensor, labels: Tensor, head: nn.Module) -> dict[str, Tensor]:
@@ -260,7 +280,10 @@ def masked_lm_loss_mistakes(hidden: Tensor, input_ids: Tensor, labels: Tensor, h
         logits_all = head(hidden)  # (batch, seq, vocab)
         logits = logits_all[m]  # (n_masked, vocab)
         everywhere = torch.where(m, labels, input_ids)
+        at_mask = input_ids == LOSS_MASK
         return {
+            mask_only_hint(int(at_mask.sum()), int(m.sum())):
+                F.cross_entropy(logits_all[at_mask], labels[at_mask]),
             "You averaged over all batch x seq positions: the unchosen positions add nothing to the sum but count "
             "in the denominator. The loss is the mean over the chosen positions only (labels != -100).":
                 F.cross_entropy(logits_all.reshape(-1, vocab), labels.reshape(-1), reduction="sum") / labels.numel(),
@@ -288,8 +311,9 @@ def check_masked_lm_loss(masked_lm_loss_fn: Callable[[Tensor, Tensor, Tensor, nn
 
     Prints ``Correct!`` and returns a true ``Verdict`` when right; returns a false one while the function raises
     NotImplementedError; otherwise raises :class:`ExerciseFailed` naming the mistake (averaged over
-    all positions, the corrupted input as targets, no selection before the head, the inverted
-    selection, a sum instead of the mean, a softmax before the cross-entropy).
+    all positions, only the positions whose input is ``[MASK]``, an empty selection, the corrupted
+    input as targets, no selection before the head, the inverted selection, a sum instead of the
+    mean, a softmax before the cross-entropy). In the check's batch ``[MASK]`` is 65, as in the chapter.
     """
     name = "masked_lm_loss"
     hidden, input_ids, labels = masked_lm_loss_inputs()
@@ -303,7 +327,14 @@ def check_masked_lm_loss(masked_lm_loss_fn: Callable[[Tensor, Tensor, Tensor, nn
     with torch.no_grad():
         expected = masked_lm_loss(head(hidden[m]), labels[m])
     expect_tensor(name, got, ())
+    n_mask_inputs = int((input_ids == LOSS_MASK).sum())
     if not close(got, expected):
+        if seen == 0:
+            fail(f"{name} is not right yet. Your head ran on no position at all (an empty selection gives the mean "
+                 f"of nothing, nan; your loss is {got.item():.4f}). Select the chosen positions by their labels, "
+                 f"m = labels != -100 ({n_masked} here), and run the head on hidden[m].")
+        if seen == n_mask_inputs:
+            fail(f"{name} is not right yet. {mask_only_hint(n_mask_inputs, n_masked)}")
         if seen == n_all - n_masked:
             fail(f"{name} is not right yet. Your head ran on the {seen} positions where labels == -100: those are "
                  f"the ones *not* to predict. Select m = labels != -100 ({n_masked} positions).")
@@ -312,6 +343,6 @@ def check_masked_lm_loss(masked_lm_loss_fn: Callable[[Tensor, Tensor, Tensor, nn
         fail(f"{name} gives the right loss, but the head ran on {seen} positions instead of the {n_masked} chosen "
              f"ones: you forgot to select before the head (or ran it twice). Select h = hidden[labels != -100], "
              f"shape (n_masked, d_model), then apply the head: it is the biggest matrix multiply of a BERT with a "
-             f"large vocabulary, and here {n_all - n_masked} of its {n_all} rows would be thrown away.")
+             f"large vocabulary, and here it computed {seen - n_masked} rows more than the {n_masked} it needs.")
     return correct(f"Your loss ({got.item():.4f}) matches tl.masked_lm_loss, and the head ran on the {n_masked} "
                    f"chosen positions only, not all {n_all}.")

@@ -2,7 +2,8 @@
 
 * :func:`check_llama_kwargs`: ``llama_kwargs()`` returns the :class:`~transformer_lib.GPT2Config`
   keyword arguments that turn GPT-2 into a LLaMA-style decoder. Every swap that is missing (still
-  LayerNorm, learned positions, a GELU FFN, biases, a tied head) is named, all at once.
+  LayerNorm, learned positions, a GELU FFN, biases, a tied head) is named, all at once; so is dropout,
+  which LLaMA does not use.
 * :func:`check_swiglu_param_count`: ``swiglu_param_count(d_model, multiple_of, bias)`` counts the
   parameters of a SwiGLU FFN whose hidden size is 8/3 d_model rounded up to a multiple of
   ``multiple_of``. The cases are chosen so that counting two matrices instead of three, a 4d hidden
@@ -64,13 +65,15 @@ _POSITION_HINTS = {
                   "LLaMA rotates queries and keys (chapter 5): positional='rope'.",
     "none": "positional='none' leaves the decoder with only the causal mask to tell positions apart. "
             "LLaMA rotates queries and keys (chapter 5): positional='rope'.",
+    "scaled_sinusoidal": "positional='scaled_sinusoidal' is the Cramming BERT's scaled fixed table (chapter 8), "
+                         "added to the embeddings. LLaMA rotates queries and keys (chapter 5): positional='rope'.",
 }
 _FFN_HINTS = {
     "silu": "ffn='silu' is a plain two-matrix FFN with a SiLU activation. SwiGLU is the *gated* FFN with three "
             "matrices, silu(W_gate x) * (W_in x) (chapter 3): ffn='swiglu'.",
     "geglu": "ffn='geglu' gates with GELU; LLaMA's gate is SiLU (chapter 3): ffn='swiglu'.",
 }
-_FFN_PLAIN_HINT = ("Still a plain {kind} FFN (GPT-2's): LLaMA uses the gated SwiGLU FFN, "
+_FFN_PLAIN_HINT = ("Still a plain {kind} FFN{whose}: LLaMA uses the gated SwiGLU FFN, "
                    "W_out(silu(W_gate x) * W_in x) (chapter 3): ffn='swiglu'.")
 _BIAS_HINT = ("Biases are still on: LLaMA's linear layers have none (its RMSNorms have none either, chapter 4): "
               "bias=False.")
@@ -78,13 +81,16 @@ _TIE_HINT = ("The output head is still tied to the token embedding (one tensor, 
              "has a separate output matrix: tie_weights=False.")
 _POST_HINT = ("norm_position='post' is the original Transformer's and BERT's; GPT-2 and LLaMA are both pre-norm, "
               "so this is not one of the differences: leave norm_position='pre' (the default).")
+_DROPOUT_HINT = ("dropout={p}: LLaMA's code has no dropout anywhere, and the GPT-2 of this chapter has none either "
+                 "(dropout=0.0, the default), so dropout is not one of the differences: leave it out.")
 _DFF_HINT = ("Leave d_ff out (None): the config then picks SwiGLU's hidden size itself, 8/3 d_model rounded up "
              "to a multiple of ffn_multiple_of (tl.gated_hidden_size), whatever d_model is.")
 
 
 def _as_kwargs(got) -> dict:
     if isinstance(got, TransformerConfig):
-        sizes_and_defaults = {f.name for f in fields(TransformerConfig)} - set(LLAMA_SWAPS) - {"norm_position", "d_ff"}
+        sizes_and_defaults = ({f.name for f in fields(TransformerConfig)} - set(LLAMA_SWAPS)
+                              - {"norm_position", "d_ff", "dropout"})
         return {k: v for k, v in got.to_dict().items() if k not in sizes_and_defaults}
     if not isinstance(got, Mapping):
         fail(f"llama_kwargs should return a dict of GPT2Config keyword arguments, e.g. {{'norm': ..., ...}}, "
@@ -116,8 +122,8 @@ def check_llama_kwargs(fn: Callable[[], Mapping]) -> Verdict:
     the architecture only: the check adds its own small sizes (vocabulary, width, depth). It must
     set ``norm="rmsnorm"``, ``positional="rope"``, ``ffn="swiglu"``, ``bias=False`` and
     ``tie_weights=False``. Diagnoses, all at once: still LayerNorm; learned (or sinusoidal, or no)
-    positions; a plain GELU / ReLU / SiLU FFN or GEGLU; biases on; a tied head; also post-norm and
-    a hard-coded ``d_ff``; a misspelt setting name (``activation``, ``tie_word_embeddings``, ...);
+    positions; a plain GELU / ReLU / SiLU FFN or GEGLU; biases on; a tied head; also post-norm,
+    a hard-coded ``d_ff`` and dropout (LLaMA has none); a misspelt setting name (``activation``, ``tie_word_embeddings``, ...);
     a value the config rejects. Then it builds the model and checks its parts.
 
     Returns True when right, False when ``fn`` still raises NotImplementedError; raises
@@ -132,9 +138,11 @@ def check_llama_kwargs(fn: Callable[[], Mapping]) -> Verdict:
     if config.norm != "rmsnorm":
         problems.append(_NORM_HINT)
     if config.positional != "rope":
-        problems.append(_POSITION_HINTS[config.positional])
+        problems.append(_POSITION_HINTS.get(config.positional, f"positional={config.positional!r}: LLaMA rotates "
+                                            "queries and keys (chapter 5): positional='rope'."))
     if config.ffn != "swiglu":
-        problems.append(_FFN_HINTS.get(config.ffn) or _FFN_PLAIN_HINT.format(kind=config.ffn))
+        problems.append(_FFN_HINTS.get(config.ffn) or _FFN_PLAIN_HINT.format(
+            kind=config.ffn, whose=" (GPT-2's)" if config.ffn in ("gelu_tanh", "gelu") else ""))
     if config.bias:
         problems.append(_BIAS_HINT)
     if config.tie_weights:
@@ -143,6 +151,8 @@ def check_llama_kwargs(fn: Callable[[], Mapping]) -> Verdict:
         problems.append(_POST_HINT)
     if config.d_ff is not None:
         problems.append(_DFF_HINT)
+    if config.dropout > 0:
+        problems.append(_DROPOUT_HINT.format(p=config.dropout))
     if problems:
         n = len(problems)
         fail(f"llama_kwargs is not right yet ({n} thing{'s' * (n > 1)} to fix):\n- " + "\n- ".join(problems))

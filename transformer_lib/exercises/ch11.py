@@ -1,9 +1,9 @@
 """Exercises for chapter 11, *Making it fast* (``book/11_making_it_fast.ipynb``).
 
 * :func:`check_flops_per_token`: ``flops_per_token(n_params, n_layers, n_heads, d_head, seq_len)``,
-  the training FLOPs per token ``6 N + 12 L H Q T``
+  the training FLOPs per token as PaLM counts them, ``6 N + 12 L H d_head T``
 * :func:`check_tokens_per_second`: ``tokens_per_second(step_seconds, batch, seq_len)``, the
-  throughput from a list of timed steps, robust to a slow outlier
+  throughput from a list of timed steps, through their median (robust to a slow outlier)
 * :func:`check_kv_cache_bytes`: ``kv_cache_bytes(n_layers, batch, seq_len, d_model, bytes_per_value)``,
   the memory a KV cache takes
 
@@ -41,39 +41,51 @@ def _diagnose(name: str, got: float, expected: float, mistakes: dict[str, float]
 
 # ------------------------------------------------------------------------------- FLOPs per token
 
-# first a case whose sizes all differ (so each mistake gives its own number), then the baby model and GPT-2 small
+# first a case whose sizes all differ (so each mistake gives its own number), then the baby size with biases
+# (the chapter's model has none) and GPT-2 small
 FLOPS_CASES = ((1_000_003, 3, 8, 24, 200), (801_664, 4, 4, 32, 64), (123_653_376, 12, 12, 64, 1024))
 
 
 def flops_mistakes(n_params: int, n_layers: int, n_heads: int, d_head: int, seq_len: int) -> dict[str, float]:
     """``{hint: the number that mistake gives}``."""
-    N, L, H, Q, T = n_params, n_layers, n_heads, d_head, seq_len
-    attention = 12 * L * H * Q * T
+    N, L, H, d, T = n_params, n_layers, n_heads, d_head, seq_len
+    attention = 12 * L * H * d * T
     return {
         "You left out attention's own work: the products Q K^T and (weights) V have no parameters, so 6N misses "
         "them. Add 12 * n_layers * n_heads * d_head * seq_len.": 6 * N,
-        "You counted the forward pass only (2N + 4 L H Q T): training also runs the backward pass, which costs "
-        "about twice the forward, so multiply by 3: 6N + 12 L H Q T.": 2 * N + 4 * L * H * Q * T,
-        "You counted a multiply-add as one operation (3N + 6 L H Q T): it is two FLOPs, a multiply and an add.":
-            3 * N + 6 * L * H * Q * T,
+        "You counted the forward pass only (2N + 4 L H d_head T): training also runs the backward pass, which "
+        "costs about twice the forward, so multiply by 3: 6N + 12 L H d_head T.": 2 * N + 4 * L * H * d * T,
+        "You counted a multiply-add as one operation (3N + 6 L H d_head T): it is two FLOPs, a multiply and an "
+        "add.": 3 * N + 6 * L * H * d * T,
         "Your attention term grows with seq_len squared: per *token*, each query meets seq_len keys, so the term "
-        "is 12 L H Q T, linear in T (per sequence it is quadratic).": 6 * N + attention * T,
+        "is 12 L H d_head T, linear in T (per sequence it is quadratic).": 6 * N + attention * T,
         "Your attention term is missing the heads: d_head is the width of one head; n_heads * d_head = d_model.":
-            6 * N + 12 * L * Q * T,
-        "Your attention term is missing the layers: every layer attends.": 6 * N + 12 * H * Q * T,
-        "You used 6 for the attention term too (6N + 6 L H Q T): attention does two products (Q K^T and weights @ V), "
-        "each 2 FLOPs per multiply-add, times 3 for forward and backward: 12.": 6 * N + 6 * L * H * Q * T,
+            6 * N + 12 * L * d * T,
+        "Your attention term is missing the layers: every layer attends.": 6 * N + 12 * H * d * T,
+        "Your attention term is 6 L H d_head T, half of 12: that is the causal count (each query meets about half "
+        "of the seq_len keys on average, and a causal kernel can skip the masked half), a valid way to count the "
+        "work. This exercise asks for PaLM's count (Chowdhery et al., 2022, appendix B), which takes the full "
+        "seq_len x seq_len products: 2 products x 2 T d_head FLOPs, times 3 with the backward pass, 12 L H d_head T.":
+            6 * N + 6 * L * H * d * T,
+        "You counted the causal products exactly: query t meets t keys, (T + 1) / 2 on average, so "
+        "6 L H d_head (T + 1). That is the work a causal kernel does, a valid count; this exercise asks for "
+        "PaLM's count, which takes the full seq_len x seq_len products: 12 L H d_head T.":
+            6 * N + 6 * L * H * d * (T + 1),
     }
 
 
 def check_flops_per_token(fn: Callable[[int, int, int, int, int], float]) -> Verdict:
-    """Check ``fn(n_params, n_layers, n_heads, d_head, seq_len)``: training FLOPs per token, ``6N + 12 L H Q T``.
+    """Check ``fn(n_params, n_layers, n_heads, d_head, seq_len)``: training FLOPs per token as PaLM counts
+    them, ``6 N + 12 L H d_head T`` (the full ``T x T`` attention products).
 
-    Tried on the baby, shakespeare_char and GPT-2 small sizes (``tl.speed.flops_per_token``).
+    Tried on ``FLOPS_CASES`` against ``tl.speed.flops_per_token``: an arbitrary size whose numbers all
+    differ, the baby size (4 layers, 4 heads, d_head 32, context 64) with biases, and GPT-2 small.
     Prints ``Correct!`` and returns a true ``Verdict`` when right; returns a false one while ``fn`` raises
     NotImplementedError; otherwise raises :class:`ExerciseFailed` naming the mistake: no attention
     term, the forward pass only, a multiply-add counted once, attention quadratic in the length,
-    the heads or the layers missing from the attention term, or 6 instead of 12 for attention.
+    the heads or the layers missing from the attention term, or the causal half of the attention
+    products (``6 L H d_head T``, or exactly ``6 L H d_head (T + 1)``): a valid count of what a causal
+    kernel computes, named as such, but not PaLM's.
     """
     name = "flops_per_token"
     for case in FLOPS_CASES:
@@ -84,10 +96,12 @@ def check_flops_per_token(fn: Callable[[int, int, int, int, int], float]) -> Ver
         expected = speed.flops_per_token(*case)
         if not math.isclose(got, expected, rel_tol=1e-9):
             _diagnose(name, got, expected, flops_mistakes(*case), "FLOPs")
-    n, L, H, Q, T = FLOPS_CASES[-1]  # GPT-2 small at its full context
-    share = 6 * n / speed.flops_per_token(n, L, H, Q, T)
-    return correct(f"6N + 12 L H Q T, as tl.speed.flops_per_token: for GPT-2 small at {T} tokens, {share:.0%} of the work "
-                   f"is in its parameters, the rest in attention's products.")
+    n, L, H, d, T = FLOPS_CASES[-1]  # GPT-2 small at its full context
+    share = 6 * n / speed.flops_per_token(n, L, H, d, T)
+    causal = 6 * n / (6 * n + 6 * L * H * d * T)
+    return correct(f"6N + 12 L H d_head T, PaLM's count, as tl.speed.flops_per_token: for GPT-2 small at {T} tokens, "
+                   f"{share:.0%} of the work is in its parameters, the rest in attention's products ({causal:.0%} "
+                   f"in its parameters if attention is counted causally, by the half a causal kernel computes).")
 
 
 # ------------------------------------------------------------------------------ tokens per second

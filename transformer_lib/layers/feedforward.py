@@ -28,7 +28,7 @@ def gelu(x: Tensor) -> Tensor:
 
 
 def gelu_tanh(x: Tensor) -> Tensor:
-    """GELU's tanh approximation, GPT-2's ``"gelu_new"``."""
+    """GELU's tanh approximation, GPT-2's activation (Hugging Face's ``"gelu_new"``)."""
     return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x**3)))
 
 

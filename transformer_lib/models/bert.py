@@ -7,7 +7,7 @@ Taught in chapter 8, *BERT* (``book/08_bert.ipynb``).
 
 The defaults are the *original* BERT-base (post-norm, learned positions, token types,
 embedding LayerNorm, MLM head transform). :meth:`BERTConfig.cramming` gives a modern
-Cramming-style BERT (Geiping & Goldstein 2022): pre-norm, no token types, no biases.
+Cramming-style BERT (Geiping & Goldstein, ICML 2023): pre-norm, no token types, no biases.
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ class BERTConfig(TransformerConfig):
 
     @classmethod
     def cramming(cls, **overrides) -> "BERTConfig":
-        """A modern BERT recipe (Geiping & Goldstein, 2022): pre-norm, no token types, no biases,
+        """A modern BERT recipe (Geiping & Goldstein, 2023): pre-norm, no token types, no biases,
         sinusoidal positions scaled by a learned factor."""
         settings = dict(
             norm_position="pre", type_vocab_size=0, bias=False, norm_eps=1e-12, positional="scaled_sinusoidal"
@@ -165,6 +165,7 @@ class BERT(nn.Module):
         labels: Tensor,
         attention_mask: Tensor | None = None,
         token_type_ids: Tensor | None = None,
+        label_smoothing: float = 0.0,
     ) -> Tensor:
         """Masked-LM loss. ``labels``: ``(batch, seq)``, the original token where the input was
         masked and ``IGNORE_INDEX`` (-100) elsewhere. Only masked positions reach the head."""
@@ -173,7 +174,7 @@ class BERT(nn.Module):
                              f"got {tuple(labels.shape)}")
         masked = labels != IGNORE_INDEX
         logits = self(input_ids, attention_mask, token_type_ids, masked_positions=masked)
-        return masked_lm_loss(logits, labels[masked])
+        return masked_lm_loss(logits, labels[masked], label_smoothing)
 
     def num_parameters(self, exclude_embeddings: bool = False) -> int:
         """Distinct parameters; ``exclude_embeddings`` leaves out token, position and token-type embeddings."""

@@ -25,6 +25,7 @@ from ..layers.embedding import TokenEmbedding
 from ..params import count_parameters
 from ..layers.masks import padding_mask
 from ..layers.normalization import make_norm
+from ..generation import beam_search
 from ..losses import causal_lm_loss
 from .gpt2 import make_positions
 
@@ -169,10 +170,13 @@ class EncoderDecoder(nn.Module):
         targets: Tensor,
         src_attention_mask: Tensor | None = None,
         tgt_attention_mask: Tensor | None = None,
+        label_smoothing: float = 0.0,
     ) -> Tensor:
         """Teacher-forced loss: ``targets`` ``(batch, seq_tgt)`` are ``tgt_ids`` shifted left by one
-        (``IGNORE_INDEX`` at padding). The batch order :func:`~transformer_lib.training.train` passes."""
-        return causal_lm_loss(self(src_ids, tgt_ids, src_attention_mask, tgt_attention_mask), targets)
+        (``IGNORE_INDEX`` at padding). The batch order :func:`~transformer_lib.training.train` passes.
+        ``label_smoothing``: the paper trains with 0.1 (see :func:`~transformer_lib.causal_lm_loss`)."""
+        logits = self(src_ids, tgt_ids, src_attention_mask, tgt_attention_mask)
+        return causal_lm_loss(logits, targets, label_smoothing)
 
     @torch.no_grad()
     def generate(
@@ -182,19 +186,37 @@ class EncoderDecoder(nn.Module):
         max_new_tokens: int,
         eos_token_id: int | None = None,
         src_attention_mask: Tensor | None = None,
+        *,
+        num_beams: int = 1,
+        length_penalty: float = 1.0,
+        pad_token_id: int | None = None,
+        early_stopping: bool = False,
     ) -> Tensor:
         """Greedy decoding: ``(batch, 1 + max_new_tokens)`` target ids starting with ``bos_token_id``.
 
         After a sequence emits ``eos_token_id`` it keeps emitting it (so rows stay aligned).
+        ``num_beams > 1``: beam search (:func:`~transformer_lib.generation.beam_search`, chapter 9)
+        with ``length_penalty`` (the paper: 4 beams, 0.6); rows that end early are padded with
+        ``pad_token_id`` (else ``eos_token_id``), up to the longest row.
         """
         check_int("bos_token_id", bos_token_id, low=0, high=self.config.vocab_size - 1)
         check_int("max_new_tokens", max_new_tokens, low=1, high=self.config.n_ctx - 1)
+        check_int("num_beams", num_beams, low=1)
         if eos_token_id is not None:
             check_int("eos_token_id", eos_token_id, low=0, high=self.config.vocab_size - 1)
         was_training = self.training
-        self.eval()  # greedy decoding must not drop out
+        self.eval()  # decoding must not drop out
         try:
-            return self._greedy(src_ids, bos_token_id, max_new_tokens, eos_token_id, src_attention_mask)
+            if num_beams == 1:
+                return self._greedy(src_ids, bos_token_id, max_new_tokens, eos_token_id, src_attention_mask)
+            memory = self.encode(src_ids, src_attention_mask).repeat_interleave(num_beams, dim=0)
+            mask = (None if src_attention_mask is None
+                    else src_attention_mask.repeat_interleave(num_beams, dim=0))
+            start = torch.full((src_ids.shape[0], 1), bos_token_id, dtype=torch.long, device=src_ids.device)
+            return beam_search(lambda ids: self.decode(ids, memory, mask)[:, -1], start, max_new_tokens,
+                               num_beams, vocab_size=self.config.vocab_size, length_penalty=length_penalty,
+                               eos_token_id=eos_token_id, pad_token_id=pad_token_id,
+                               early_stopping=early_stopping)
         finally:
             self.train(was_training)
 

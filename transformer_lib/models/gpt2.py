@@ -131,9 +131,10 @@ class GPT2(nn.Module):
             logits = logits[..., : self.config.vocab_size]  # padding rows are not tokens
         return logits
 
-    def loss(self, input_ids: Tensor, targets: Tensor, attention_mask: Tensor | None = None) -> Tensor:
+    def loss(self, input_ids: Tensor, targets: Tensor, attention_mask: Tensor | None = None,
+             label_smoothing: float = 0.0) -> Tensor:
         """Causal-LM loss: ``targets`` are ``input_ids`` shifted left by one (see :func:`causal_lm_loss`)."""
-        return causal_lm_loss(self(input_ids, attention_mask), targets)
+        return causal_lm_loss(self(input_ids, attention_mask), targets, label_smoothing)
 
     def new_kv_cache(self) -> KVCache:
         return KVCache(len(self.blocks))

@@ -27,7 +27,7 @@ def wavelength(i: int, d_model: int, base: float = 10000.0) -> float:
 
 
 def _wave_title(i: int, d_model: int, base: float) -> str:
-    return (f"d_model = {d_model}, pair i = {i} (dims {2 * i}, {2 * i + 1}): "
+    return (f"d_model = {d_model}, feature pair i = {i} (dims {2 * i}, {2 * i + 1}): "
             f"wavelength 2π·{base:g}^({2 * i}/{d_model}) = {wavelength(i, d_model, base):,.1f} positions")
 
 
@@ -86,7 +86,7 @@ def positional_waves_explorer(
                             {"annotations[0].text": _wave_title(i, d, base), **box(i)},
                             waves])
                  for i in range(d // 2)]
-        return dict(active=0, steps=steps, currentvalue=dict(prefix="pair i = "), pad=dict(t=30), len=0.9, x=0.05)
+        return dict(active=0, steps=steps, currentvalue=dict(prefix="feature pair i = "), pad=dict(t=30), len=0.9, x=0.05)
 
     def button(d: int) -> dict:
         visible = [False] * n_traces
@@ -139,8 +139,8 @@ def rope_rotation_explorer(
 
     def title(j: int, m: int) -> str:
         (qx, qy), (kx, ky) = qs[j][m], ks[j][m - distance]
-        return (f"pair {pairs[j]}: θ = {theta[j]:.3g}, angle mθ = {m * theta[j]:.2f} rad"
-                f"<br>q·k in this pair = {qx * kx + qy * ky:.3f}")
+        return (f"feature pair {pairs[j]}: θ = {theta[j]:.3g}, angle mθ = {m * theta[j]:.2f} rad"
+                f"<br>q·k in this feature pair = {qx * kx + qy * ky:.3f}")
 
     def traces(j: int, m: int) -> dict:  # x and y of (trail, query arrow, key arrow) in panel j
         trail = [(round(x, 4), round(y, 4)) for x, y in qs[j][: m + 1]]  # 4 decimals: a smaller page
