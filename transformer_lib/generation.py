@@ -122,19 +122,16 @@ def generate(
         if input_ids.shape[1] + max_new_tokens > n_ctx:
             raise ValueError(f"beam search needs the whole text in the context: input_ids has "
                              f"{input_ids.shape[1]} tokens + max_new_tokens={max_new_tokens} > n_ctx={n_ctx}")
-        was_training = model.training
-        model.eval()
-        try:
+    else:
+        _check_sampling(temperature, top_k, top_p)
+    was_training = model.training
+    model.eval()
+    try:
+        if num_beams > 1:
             return beam_search(lambda ids: model(ids)[:, -1], input_ids, max_new_tokens, num_beams,
                                vocab_size=model.config.vocab_size, length_penalty=length_penalty,
                                eos_token_id=eos_token_id, pad_token_id=pad_token_id,
                                early_stopping=early_stopping)
-        finally:
-            model.train(was_training)
-    _check_sampling(temperature, top_k, top_p)
-    was_training = model.training
-    model.eval()
-    try:
         cache = None
         for _ in range(max_new_tokens):
             if use_cache and cache is not None and len(cache) < n_ctx:

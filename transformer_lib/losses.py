@@ -18,7 +18,8 @@ def _check_labels(name: str, labels: Tensor) -> None:
         raise TypeError(f"{name} must hold integer token ids (torch.long), got dtype {labels.dtype}")
 
 
-def _check_smoothing(label_smoothing: float) -> None:
+def check_label_smoothing(label_smoothing: float) -> None:
+    """``label_smoothing`` must be a number in ``[0, 1)``."""
     if isinstance(label_smoothing, bool) or not isinstance(label_smoothing, (int, float)) \
             or not 0.0 <= label_smoothing < 1.0:
         raise ValueError(f"label_smoothing must be a number in [0, 1), got {label_smoothing!r}")
@@ -42,7 +43,7 @@ def causal_lm_loss(logits: Tensor, targets: Tensor, label_smoothing: float = 0.0
             f"got {tuple(logits.shape)} and {tuple(targets.shape)}"
         )
     _check_labels("targets", targets)
-    _check_smoothing(label_smoothing)
+    check_label_smoothing(label_smoothing)
     return F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), ignore_index=IGNORE_INDEX,
                            label_smoothing=label_smoothing)
 
@@ -59,7 +60,7 @@ def masked_lm_loss(logits: Tensor, labels: Tensor, label_smoothing: float = 0.0)
             f"got {tuple(logits.shape)} and {tuple(labels.shape)}"
         )
     _check_labels("labels", labels)
-    _check_smoothing(label_smoothing)
+    check_label_smoothing(label_smoothing)
     if labels.numel() == 0:
         raise ValueError("there are no masked positions to predict (every label is IGNORE_INDEX)")
     return F.cross_entropy(logits.float(), labels, label_smoothing=label_smoothing)

@@ -31,6 +31,7 @@ import torch
 from torch import Tensor, nn
 
 from ._checks import check_bool, check_int, check_positive, hot_path
+from .losses import check_label_smoothing
 from .speed import fast_path
 
 Batch = Any  # a tensor, a tuple of tensors, or a dict of tensors
@@ -164,8 +165,7 @@ class TrainConfig:
         check_positive("eps", self.eps)
         if self.schedule not in SCHEDULES:
             raise ValueError(f"schedule must be one of {SCHEDULES}, got {self.schedule!r}")
-        if not isinstance(self.label_smoothing, (int, float)) or not 0 <= self.label_smoothing < 1:
-            raise ValueError(f"label_smoothing must be in [0, 1), got {self.label_smoothing!r}")
+        check_label_smoothing(self.label_smoothing)
         if self.min_lr is None:
             self.min_lr = self.lr / 10
         if not 0 <= self.min_lr <= self.lr:
