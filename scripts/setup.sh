@@ -32,6 +32,12 @@ if [ ! -s .venv/plotly.js-2/plotly.min.js ]; then
   rm -rf "$wheels"
 fi
 
+# ONNX Runtime Web, which runs the chapters' trained models in the reader's browser (the live
+# panels, book/_ext/live_models.py): from the npm registry, checked, without node
+if ! $PY scripts/install_onnxruntime_web.py; then
+  echo "setup: could not install onnxruntime-web; the book build will say so" >&2
+fi
+
 source scripts/offline-data.sh
 if [ -f _config.yml ]; then
   .venv/bin/jupyter-book build . -W --keep-going

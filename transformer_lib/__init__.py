@@ -16,6 +16,7 @@ chapter                                     module
 9  The full Transformer                     ``models.encoder_decoder``, ``layers.block.DecoderBlock``
 10 Putting it together (LLaMA-style)        ``config`` (``norm="rmsnorm"``, ``positional="rope"``, ``ffn="swiglu"``)
 6-10 (what training measured per device)   ``measurements``
+7-10 (the trained model in the browser)    ``export`` (safetensors, ONNX), ``viz.live``
 11 Making it fast                           ``speed`` (``fast_path``, FLOPs, MFU, profiles), ``training.TrainStep``
 ==========================================  =======================================================
 """
@@ -54,6 +55,7 @@ from .training import (Callback, TrainConfig, TrainState, TrainStep, auto_device
                        save_checkpoint, train, transformer_peak_lr)
 from . import speed
 from .speed import fast_path, set_cpu_threads
+from .export import export_for_browser, load_pretrained, save_pretrained
 from .losses import IGNORE_INDEX, causal_lm_loss, masked_lm_loss
 from .models import hub_reachable, BERT, GPT2, BERTConfig, EncoderDecoder, EncoderDecoderConfig, GPT2Config, bert_from_hf, gpt2_from_hf
 

@@ -32,7 +32,8 @@ def hot_path() -> Iterator[None]:
 
 def check_int(name: str, value, *, low: int | None = None, high: int | None = None) -> None:
     """Raise unless ``low <= value <= high`` for an ``int`` (bools are rejected)."""
-    if not isinstance(value, numbers.Integral) or isinstance(value, bool):
+    # (a SymInt is the int that torch.export traces a dynamic length with)
+    if not isinstance(value, (numbers.Integral, torch.SymInt)) or isinstance(value, bool):
         raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
     if (low is not None and value < low) or (high is not None and value > high):
         lo = "-inf" if low is None else low
@@ -103,7 +104,8 @@ def check_token_ids(
             f"{name} may have at most n_ctx={n_ctx} positions; crop the input to its last {n_ctx} tokens"
         )
     if vocab_size is not None and ids.numel():
-        if torch.compiler.is_compiling() or (ids.device.type != "cpu" and _HOT_PATH.get()):
+        if torch.compiler.is_compiling() or torch.compiler.is_exporting() or (
+                ids.device.type != "cpu" and _HOT_PATH.get()):
             in_range = ((ids >= 0) & (ids < vocab_size)).all()
             torch._assert_async(in_range, f"{name} contains a token id outside the vocabulary [0, {vocab_size - 1}]")
             return

@@ -1,0 +1,795 @@
+/* The book's live panels: a chapter's trained model, running in the reader's browser.
+ *
+ * A chapter displays <div class="tfs-live" data-model="ch07-gpt" data-kind="causal-lm" ...>
+ * (transformer_lib/viz/live.py). This script turns each such div into a panel. Nothing is
+ * downloaded until the reader presses "Open the live model"; then the panel fetches
+ *   _static/ort/ort.wasm.bundle.min.js       ONNX Runtime Web (an ES module, loaded with import())
+ *   _static/ort/ort-wasm-simd-threaded.wasm  the runtime itself, once for all panels (browser cache)
+ *   _static/models/NAME/browser.json         tokens, shapes and sizes (export_for_browser wrote it)
+ *   _static/models/NAME/model.onnx           the forward pass, with every layer's attention weights
+ * and runs the model with ONNX Runtime's single-threaded WebAssembly backend (a static site such
+ * as GitHub Pages cannot send the headers that threads need). book/_ext/live_models.py copies
+ * these files into the site. Plotly (on every page of the book) draws the bars and heatmaps.
+ *
+ * Three kinds of model, as export_for_browser names them:
+ *   causal-lm  GPT-2 / LLaMA-style: next-character probabilities, attention, sampling
+ *   masked-lm  BERT: the likeliest characters for each blank "_" (or "[MASK]"), attention
+ *   seq2seq    the encoder-decoder that reverses digits: greedy decoding, cross-attention
+ *
+ * For tests, each panel element gets el.tfsLive = {state, last, run(text), generate(opts)} and
+ * the attributes data-state and data-runs (tests/test_live_models.py).
+ */
+(function () {
+  "use strict";
+
+  const SCRIPT = document.currentScript;
+  const STATIC = SCRIPT ? new URL(".", SCRIPT.src).href : new URL("_static/", document.baseURI).href;
+  // the size of the runtime's WebAssembly (live_models.py sets it), stated before anything is downloaded
+  const RUNTIME_BYTES = Number(SCRIPT && SCRIPT.dataset.ortBytes) || 14.2e6;
+  const DEBOUNCE_MS = 300;
+
+  // ---- small helpers ---------------------------------------------------------------------------
+  function megabytes(bytes) {
+    return bytes < 1e6 ? `${(bytes / 1e6).toFixed(2)} MB` : `${(bytes / 1e6).toFixed(1)} MB`;
+  }
+
+  function make(tag, attributes, ...children) {
+    const node = document.createElement(tag);
+    for (const [key, value] of Object.entries(attributes || {})) {
+      if (key === "class") node.className = value;
+      else if (key === "text") node.textContent = value;
+      else if (key.startsWith("on")) node.addEventListener(key.slice(2), value);
+      else node.setAttribute(key, value);
+    }
+    node.append(...children.filter((c) => c !== null && c !== undefined));
+    return node;
+  }
+
+  /** Fetch a file as bytes, reporting (received, total) as they arrive. */
+  async function fetchBytes(url, onProgress) {
+    const response = await fetch(url);
+    if (!response.ok) throw new Error(`could not load ${url} (HTTP ${response.status})`);
+    const total = Number(response.headers.get("content-length")) || 0;
+    if (!response.body || !response.body.getReader) {
+      const bytes = new Uint8Array(await response.arrayBuffer());
+      onProgress(bytes.length, bytes.length);
+      return bytes;
+    }
+    const reader = response.body.getReader();
+    const chunks = [];
+    let received = 0;
+    for (;;) {
+      const { done, value } = await reader.read();
+      if (done) break;
+      chunks.push(value);
+      received += value.length;
+      onProgress(received, total);
+    }
+    const bytes = new Uint8Array(received);
+    let offset = 0;
+    for (const chunk of chunks) {
+      bytes.set(chunk, offset);
+      offset += chunk.length;
+    }
+    onProgress(received, received);
+    return bytes;
+  }
+
+  function softmax(values) {
+    let max = -Infinity;
+    for (const v of values) if (v > max) max = v;
+    const exps = Array.from(values, (v) => Math.exp(v - max));
+    const sum = exps.reduce((a, b) => a + b, 0);
+    return exps.map((e) => e / sum);
+  }
+
+  function argmax(values) {
+    let best = 0;
+    for (let i = 1; i < values.length; i++) if (values[i] > values[best]) best = i;
+    return best;
+  }
+
+  /** Rows [from, to) of a (1, T, V) tensor's data, as plain arrays. */
+  function rows(tensor, from, to) {
+    const width = tensor.dims[tensor.dims.length - 1];
+    const out = [];
+    for (let t = from; t < to; t++) out.push(Array.from(tensor.data.subarray(t * width, (t + 1) * width)));
+    return out;
+  }
+
+  /** A (layers, heads, q, k) tensor as nested arrays [layer][head][q][k]. */
+  function nested(tensor) {
+    const [layers, heads, q, k] = tensor.dims;
+    const data = tensor.data;
+    const out = [];
+    for (let l = 0; l < layers; l++) {
+      const layer = [];
+      for (let h = 0; h < heads; h++) {
+        const map = [];
+        for (let i = 0; i < q; i++) {
+          const start = ((l * heads + h) * q + i) * k;
+          map.push(Array.from(data.subarray(start, start + k)));
+        }
+        layer.push(map);
+      }
+      out.push(layer);
+    }
+    return out;
+  }
+
+  // ---- sampling: seeded, so the same seed and settings give the same text -----------------------
+  /** mulberry32: a small seeded generator of uniform numbers in [0, 1). */
+  function mulberry32(seed) {
+    let a = seed >>> 0;
+    return function () {
+      a = (a + 0x6d2b79f5) >>> 0;
+      let t = a;
+      t = Math.imul(t ^ (t >>> 15), t | 1);
+      t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+      return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+    };
+  }
+
+  /** The next token: temperature, then top-k, then top-p (nucleus), then one uniform draw. */
+  function sample(logits, { temperature, topK, topP }, random) {
+    if (!(temperature > 0)) return argmax(logits); // temperature 0: greedy
+    const probs = softmax(Array.from(logits, (v) => v / temperature));
+    let order = probs.map((_, i) => i).sort((a, b) => probs[b] - probs[a] || a - b);
+    if (topK > 0) order = order.slice(0, topK);
+    if (topP > 0 && topP < 1) {
+      const kept = order.reduce((sum, i) => sum + probs[i], 0);
+      let cumulative = 0;
+      let n = 0;
+      while (n < order.length) {
+        cumulative += probs[order[n++]] / kept;
+        if (cumulative >= topP) break; // the smallest set whose probability reaches top-p
+      }
+      order = order.slice(0, n);
+    }
+    const total = order.reduce((sum, i) => sum + probs[i], 0);
+    const u = random() * total; // inverse CDF over the kept tokens, likeliest first
+    let cumulative = 0;
+    for (const i of order) {
+      cumulative += probs[i];
+      if (u < cumulative) return i;
+    }
+    return order[order.length - 1];
+  }
+
+  // ---- ONNX Runtime Web: loaded once per page, shared by its panels ------------------------------
+  let runtime = null;
+  const runtimeListeners = new Set();
+  let runtimeProgress = [0, RUNTIME_BYTES];
+
+  function loadRuntime(onProgress) {
+    runtimeListeners.add(onProgress);
+    onProgress(...runtimeProgress); // a later panel starts where the download is
+    if (!runtime) {
+      runtime = (async () => {
+        const report = (received, total) => {
+          runtimeProgress = [received, total || RUNTIME_BYTES];
+          runtimeListeners.forEach((f) => f(...runtimeProgress));
+        };
+        const [ort, wasm] = await Promise.all([
+          import(STATIC + "ort/ort.wasm.bundle.min.js"),
+          fetchBytes(STATIC + "ort/ort-wasm-simd-threaded.wasm", report),
+        ]);
+        ort.env.logLevel = "error";
+        ort.env.wasm.numThreads = 1; // threads need cross-origin isolation, which a static site lacks
+        ort.env.wasm.proxy = false;
+        ort.env.wasm.wasmBinary = wasm; // already fetched (with progress): ort fetches nothing more
+        runtimeListeners.clear();
+        return ort;
+      })();
+      runtime.catch(() => {
+        runtime = null; // a later click tries again
+        runtimeListeners.clear();
+        runtimeProgress = [0, RUNTIME_BYTES];
+      });
+    }
+    return runtime;
+  }
+
+  // ---- tokens: one character each, plus named special tokens -------------------------------------
+  function shown(token) {
+    if (token === "\n") return "⏎";
+    if (token === " ") return "␣";
+    if (token === "\t") return "⇥";
+    return token;
+  }
+
+  /** Ids of `text`; `blank` (masked-lm) turns "_" and "[MASK]" into that id. */
+  function encode(info, text, blank) {
+    const ids = [];
+    const unknown = new Set();
+    for (let i = 0; i < text.length; ) {
+      if (blank !== undefined && text.startsWith("[MASK]", i)) {
+        ids.push(blank);
+        i += 6;
+        continue;
+      }
+      const c = String.fromCodePoint(text.codePointAt(i));
+      i += c.length;
+      if (blank !== undefined && c === "_") ids.push(blank);
+      else if (info.ids.has(c)) ids.push(info.ids.get(c));
+      else unknown.add(c);
+    }
+    return { ids, unknown: [...unknown] };
+  }
+
+  function unknownMessage(unknown) {
+    const list = unknown.map((c) => `“${shown(c)}”`).join(", ");
+    return `The model has no token for ${list} (it knows only the characters of its training text): ` +
+      "change or remove " + (unknown.length > 1 ? "them" : "it") + " to run it.";
+  }
+
+  // ---- plots -------------------------------------------------------------------------------------
+  function themeColors() {
+    const style = getComputedStyle(document.documentElement);
+    const get = (name, fallback) => style.getPropertyValue(name).trim() || fallback;
+    return {
+      text: get("--pst-color-text-base", "#222"),
+      muted: get("--pst-color-text-muted", "#666"),
+      primary: get("--pst-color-primary", "#0a7d91"),
+      grid: get("--pst-color-border", "#ddd"),
+    };
+  }
+
+  const PLOT_CONFIG = { responsive: true, displayModeBar: false };
+  const BLUES = [[0, "rgb(247,251,255)"], [0.25, "rgb(198,219,239)"], [0.5, "rgb(107,174,214)"],
+    [0.75, "rgb(33,113,181)"], [1, "rgb(8,48,107)"]];
+
+  /** A div for a plot, with a caption above it (HTML, so that a long one wraps on a phone). */
+  function plotArea() {
+    const div = make("div", { class: "tfs-live-plot" });
+    div.caption = make("p", { class: "tfs-live-caption" });
+    return div;
+  }
+
+  function baseLayout(div, title, height) {
+    if (div.caption) div.caption.textContent = title;
+    const colors = themeColors();
+    return {
+      height,
+      autosize: true,
+      margin: { l: 56, r: 16, t: 8, b: 48 },
+      paper_bgcolor: "rgba(0,0,0,0)",
+      plot_bgcolor: "rgba(0,0,0,0)",
+      font: { color: colors.text, size: 12 },
+    };
+  }
+
+  /** Top-n bars of a probability vector, likeliest on top. */
+  function drawBars(div, probs, info, n, title) {
+    const order = probs.map((_, i) => i).sort((a, b) => probs[b] - probs[a]).slice(0, n);
+    const colors = themeColors();
+    const height = 40 + 24 * n;
+    div.style.height = `${height}px`; // plotly's responsive mode sizes the figure to its div
+    const layout = baseLayout(div, title, height);
+    layout.margin.l = 40;
+    layout.margin.r = 48; // room for the last bar's percentage
+    layout.xaxis = { range: [0, Math.min(1, Math.max(0.1, 1.15 * probs[order[0]]))], tickformat: ".0%",
+      gridcolor: colors.grid, fixedrange: true, zeroline: false };
+    layout.yaxis = { autorange: "reversed", fixedrange: true, tickfont: { size: 14 },
+      tickvals: order.map((_, k) => k), ticktext: order.map((i) => shown(info.tokens[i])) };
+    Plotly.react(div, [{
+      type: "bar", orientation: "h", x: order.map((i) => probs[i]), y: order.map((_, k) => k),
+      marker: { color: colors.primary },
+      text: order.map((i) => `${(100 * probs[i]).toFixed(1)}%`), textposition: "outside", cliponaxis: false,
+      customdata: order.map((i) => shown(info.tokens[i])),
+      hovertemplate: "“%{customdata}”: %{x:.2%}<extra></extra>",
+    }], layout, PLOT_CONFIG);
+  }
+
+  /** An attention map: rows (queries) x columns (keys), each labelled by its token. */
+  function drawHeatmap(div, map, rowLabels, colLabels, title, axisTitles) {
+    const colors = themeColors();
+    const width = div.clientWidth || 400;
+    const cell = Math.max(8, Math.min(22, (width - 90) / Math.max(colLabels.length, 1)));
+    const height = Math.round(Math.min(520, Math.max(200, cell * rowLabels.length + 70)));
+    div.style.height = `${height}px`; // plotly's responsive mode sizes the figure to its div
+    const ticks = (labels, room) => {
+      const step = Math.max(1, Math.ceil(labels.length / Math.max(1, Math.floor(room / 13))));
+      const values = labels.map((_, i) => i).filter((i) => i % step === 0);
+      return { tickvals: values, ticktext: values.map((i) => labels[i]) };
+    };
+    const layout = baseLayout(div, title, height);
+    layout.margin = { l: 64, r: 8, t: 8, b: 56 };
+    layout.xaxis = { ...ticks(colLabels, width - 140), title: { text: axisTitles[1], font: { size: 12 } },
+      tickangle: 0, fixedrange: true, side: "bottom", color: colors.text, zeroline: false, showgrid: false };
+    layout.yaxis = { ...ticks(rowLabels, height - 100), title: { text: axisTitles[0], font: { size: 12 } },
+      autorange: "reversed", fixedrange: true, color: colors.text, zeroline: false, showgrid: false };
+    const text = map.map((row, i) => row.map((p, j) =>
+      `${axisTitles[0]} ${i} “${rowLabels[i]}” → ${axisTitles[1]} ${j} “${colLabels[j]}”: ${p.toFixed(3)}`));
+    Plotly.react(div, [{
+      // white (no attention) to dark blue; the scale ends at the map's largest weight
+      type: "heatmap", z: map, zmin: 0, zmax: Math.max(1e-6, ...map.map((row) => Math.max(...row))), colorscale: BLUES,
+      text, hovertemplate: "%{text}<extra></extra>", xgap: 0, ygap: 0,
+      colorbar: { thickness: 10, len: 0.9, tickformat: ".2f", outlinewidth: 0 },
+    }], layout, PLOT_CONFIG);
+  }
+
+  // ---- one panel ---------------------------------------------------------------------------------
+  class Panel {
+    constructor(el) {
+      this.el = el;
+      this.name = el.dataset.model;
+      this.kind = el.dataset.kind;
+      this.onnxBytes = Number(el.dataset.onnxBytes) || 0;
+      this.parameters = Number(el.dataset.parameters) || 0;
+      this.folder = `${STATIC}models/${encodeURIComponent(this.name)}/`;
+      this.runs = 0;
+      this.queue = Promise.resolve();
+      this.timer = null;
+      this.typedAt = null;
+      this.api = {
+        state: "closed", last: null, generated: null,
+        run: (text) => this.runText(text),
+        generate: (options) => this.generate(options || {}),
+        open: () => this.open(),
+      };
+      el.tfsLive = this.api;
+      el.dataset.runs = "0";
+      this.setState("closed");
+      this.buildClosed();
+    }
+
+    setState(state) {
+      this.api.state = state;
+      this.el.dataset.state = state;
+    }
+
+    buildClosed() {
+      const fallback = this.el.querySelector(".tfs-live-fallback");
+      if (fallback) fallback.hidden = true;
+      const what = { "causal-lm": "It predicts the next character of the text you type, and writes on.",
+        "masked-lm": "It fills in the blanks (_) of the text you type.",
+        "seq2seq": "It reverses the digits you type, one output digit at a time." }[this.kind] || "";
+      this.openButton = make("button", { type: "button", class: "tfs-live-open", onclick: () => this.open() },
+        "Open the live model");
+      this.status = make("div", { class: "tfs-live-status", role: "status", "aria-live": "polite" });
+      this.closed = make("div", { class: "tfs-live-closed" },
+        make("p", { class: "tfs-live-title", text: "Try the model trained above, in your browser" }),
+        make("p", { class: "tfs-live-intro", text:
+          `This is this chapter's trained model${this.parameters ? ` (${this.parameters.toLocaleString("en-US")} parameters)` : ""}. ${what} ` +
+          `Opening it downloads the model (${megabytes(this.onnxBytes)}) and, once for the whole book, ` +
+          `ONNX Runtime Web, which runs it (${megabytes(RUNTIME_BYTES)}).` }),
+        this.openButton);
+      this.el.append(this.closed, this.status);
+    }
+
+    showError(error) {
+      const message = error && error.message ? error.message : String(error);
+      this.message.textContent = message;
+      this.message.className = "tfs-live-message tfs-live-error";
+    }
+
+    async open() {
+      if (this.api.state === "loading" || this.api.state === "ready") return this.opening;
+      this.setState("loading");
+      this.openButton.disabled = true;
+      const progress = make("progress", { max: "1", value: "0" });
+      const line = make("span", { class: "tfs-live-progress-text" });
+      this.status.replaceChildren(progress, line);
+      const seen = { runtime: [0, RUNTIME_BYTES], model: [0, this.onnxBytes] };
+      const update = () => {
+        const [r, rt] = seen.runtime;
+        const [m, mt] = seen.model;
+        const pct = (a, b) => `${Math.min(100, Math.round((100 * a) / Math.max(b, 1)))}%`;
+        progress.value = Math.min(1, (r + m) / Math.max(rt + mt, 1));
+        line.textContent = `Downloading ONNX Runtime ${megabytes(r)} of ${megabytes(rt)} (${pct(r, rt)}), ` +
+          `the model ${megabytes(m)} of ${megabytes(mt)} (${pct(m, mt)})`;
+      };
+      update();
+      this.opening = (async () => {
+        try {
+          const [ort, info, model] = await Promise.all([
+            loadRuntime((received, total) => { seen.runtime = [received, Math.max(total, received)]; update(); }),
+            fetch(this.folder + "browser.json").then((r) => {
+              if (!r.ok) throw new Error(`could not load ${this.folder}browser.json (HTTP ${r.status})`);
+              return r.json();
+            }),
+            fetchBytes(this.folder + "model.onnx", (received, total) => {
+              seen.model = [received, Math.max(total, received)]; update();
+            }),
+          ]);
+          line.textContent = "Starting the model…";
+          this.ort = ort;
+          this.info = { ...info, ids: new Map(info.tokens.map((t, i) => [t, i])) };
+          this.session = await ort.InferenceSession.create(model, {
+            executionProviders: ["wasm"], graphOptimizationLevel: "all" });
+          this.status.replaceChildren();
+          this.buildOpen();
+          this.setState("ready");
+          await this.runNow().catch(() => {}); // a bad first text is shown in the panel, which stays ready
+        } catch (error) {
+          this.setState("error");
+          this.openButton.disabled = false;
+          this.openButton.textContent = "Try again";
+          this.status.replaceChildren(make("span", { class: "tfs-live-error",
+            text: `The live model could not start: ${error && error.message ? error.message : error}` }));
+        }
+      })();
+      return this.opening;
+    }
+
+    buildOpen() {
+      const info = this.info;
+      this.closed.querySelector(".tfs-live-intro").remove();
+      this.openButton.remove();
+      this.infoLine = make("p", { class: "tfs-live-info" });
+      const multiline = this.kind === "causal-lm";
+      this.box = make(multiline ? "textarea" : "input", {
+        class: "tfs-live-input", spellcheck: "false", autocomplete: "off", autocapitalize: "off",
+        "aria-label": "Text for the model",
+        ...(multiline ? { rows: "3" } : { type: "text" }),
+        ...(this.kind === "seq2seq" ? { inputmode: "numeric" } : {}),
+      });
+      this.box.value = this.el.dataset.prompt || {
+        "causal-lm": "", "masked-lm": "to be, or not to b_", "seq2seq": "31415" }[this.kind] || "";
+      this.box.addEventListener("input", () => {
+        this.typedAt = performance.now();
+        clearTimeout(this.timer);
+        this.timer = setTimeout(() => this.runNow().catch(() => {}), DEBOUNCE_MS);
+      });
+      const runButton = make("button", { type: "button", class: "tfs-live-run",
+        onclick: () => this.runNow().catch(() => {}) }, "Run");
+      const hint = {
+        "causal-lm": `Type any text made of the training text's characters; the model reads the last ${info.n_ctx}.`,
+        "masked-lm": `Write _ (or [MASK]) for each character the model should guess; at most ${info.n_ctx} characters.`,
+        "seq2seq": `Type 1 to ${info.n_ctx - 1} digits.`,
+      }[this.kind];
+      this.message = make("p", { class: "tfs-live-message", "aria-live": "polite" });
+      this.body = make("div", { class: "tfs-live-body" },
+        this.infoLine,
+        make("label", { class: "tfs-live-label" }, make("span", { text: hint }), this.box),
+        make("div", { class: "tfs-live-actions" }, runButton),
+        this.message);
+      this.el.append(this.body);
+      if (this.kind === "causal-lm") this.buildCausal();
+      else if (this.kind === "masked-lm") this.buildMasked();
+      else if (this.kind === "seq2seq") this.buildSeq2seq();
+      this.buildDownloads();
+      this.updateInfo(null);
+      // the attention map's tick labels depend on its width: redraw when the width changes
+      if (window.ResizeObserver && this.heat) {
+        let width = 0;
+        let timer = null;
+        new ResizeObserver(() => {
+          const now = this.heat.clientWidth;
+          if (Math.abs(now - width) < 8) return;
+          width = now;
+          clearTimeout(timer);
+          timer = setTimeout(() => this.drawAttention(), 150);
+        }).observe(this.heat);
+      }
+    }
+
+    updateInfo(ms) {
+      const p = (this.info.parameters || this.parameters).toLocaleString("en-US");
+      const size = megabytes((this.info.files && this.info.files["model.onnx"]) || this.onnxBytes);
+      this.infoLine.textContent = `This is the model trained above, running in your browser: ${p} parameters, ` +
+        `${size} (ONNX)` + (ms === null ? "." : `, one forward pass took ${ms.toFixed(1)} ms.`);
+    }
+
+    /** Layer and head selects (plus extra choices) that redraw the attention map. */
+    attentionControls(extra) {
+      const info = this.info;
+      const select = (label, options, cls) => {
+        const s = make("select", { class: cls, onchange: () => this.drawAttention() },
+          ...options.map(([value, text]) => make("option", { value: String(value), text })));
+        return [make("label", {}, make("span", { text: label }), s), s];
+      };
+      const controls = make("div", { class: "tfs-live-controls" });
+      if (extra) {
+        const [label, s] = select("Attention", extra, "tfs-live-stack");
+        this.stackSelect = s;
+        s.addEventListener("change", () => this.fillLayers());
+        controls.append(label);
+      }
+      const [layerLabel, layer] = select("Layer", [], "tfs-live-layer");
+      const [headLabel, head] = select("Head", [...Array(info.n_heads).keys()].map((h) => [h, String(h + 1)]), "tfs-live-head");
+      this.layerSelect = layer;
+      this.headSelect = head;
+      controls.append(layerLabel, headLabel);
+      this.fillLayers();
+      return controls;
+    }
+
+    fillLayers() {
+      const stack = this.stackSelect ? this.stackSelect.value : "attention";
+      const n = stack === "encoder_attention" || stack === "attention" ? this.info.n_layers
+        : (this.info.n_decoder_layers || this.info.n_layers);
+      const keep = Math.min(Number(this.layerSelect.value) || 0, n - 1);
+      this.layerSelect.replaceChildren(...[...Array(n).keys()].map((l) => make("option", { value: String(l), text: String(l + 1) })));
+      this.layerSelect.value = String(keep);
+    }
+
+    buildDownloads() {
+      const link = (file) => make("a", { href: this.folder + file, download: `${this.name}-${file}` }, file);
+      this.body.append(make("p", { class: "tfs-live-downloads" },
+        "Download ", link("model.safetensors"), " and ", link("config.json"),
+        ": in one folder, ", make("code", { text: "transformer_lib.export.load_pretrained(folder)" }),
+        " loads them as the PyTorch model."));
+    }
+
+    // ---- running ---------------------------------------------------------------------------------
+    /** Run the model once on the ids of `feeds` ({input name: ids}); times the forward pass. */
+    async forward(feeds) {
+      const ort = this.ort;
+      const tensors = {};
+      for (const [name, ids] of Object.entries(feeds)) {
+        tensors[name] = new ort.Tensor("int64", BigInt64Array.from(ids, (i) => BigInt(i)), [1, ids.length]);
+      }
+      const start = performance.now();
+      const outputs = await this.session.run(tensors);
+      const ms = performance.now() - start;
+      this.lastForwardMs = ms;
+      return outputs;
+    }
+
+    /** Queue `job` after the runs before it (one session runs one thing at a time). */
+    enqueue(job) {
+      const result = this.queue.then(job);
+      this.queue = result.catch(() => {});
+      return result;
+    }
+
+    runText(text) {
+      if (this.api.state !== "ready") return Promise.reject(new Error(`the panel is ${this.api.state}, not ready`));
+      if (text !== undefined) this.box.value = text;
+      return this.runNow();
+    }
+
+    runNow() {
+      clearTimeout(this.timer);
+      return this.enqueue(async () => {
+        const text = this.box.value;
+        const typedAt = this.typedAt;
+        this.message.textContent = "";
+        this.message.className = "tfs-live-message";
+        try {
+          const last = await { "causal-lm": () => this.runCausal(text), "masked-lm": () => this.runMasked(text),
+            "seq2seq": () => this.runSeq2seq(text) }[this.kind]();
+          if (typedAt !== null && this.typedAt === typedAt) last.input_to_result_ms = performance.now() - typedAt;
+          last.text = text;
+          this.api.last = last;
+          this.updateInfo(last.forward_ms);
+          this.runs += 1;
+          this.el.dataset.runs = String(this.runs);
+          return last;
+        } catch (error) {
+          this.showError(error);
+          throw error;
+        }
+      });
+    }
+
+    // ---- causal-lm: next-character probabilities, attention, sampling ------------------------
+    buildCausal() {
+      this.bars = plotArea();
+      this.heat = plotArea();
+      this.body.append(make("div", { class: "tfs-live-plots" },
+        make("div", {}, this.bars.caption, this.bars),
+        make("div", {}, this.attentionControls(null), this.heat.caption, this.heat)));
+      const number = (label, value, attrs) => {
+        const input = make("input", { type: "number", value: String(value), ...attrs });
+        return [make("label", {}, make("span", { text: label }), input), input];
+      };
+      const [t, temperature] = number("Temperature", 0.8, { min: "0", max: "5", step: "0.1" });
+      const [k, topK] = number("Top-k (0: all)", 0, { min: "0", max: String(this.info.vocab_size), step: "1" });
+      const [p, topP] = number("Top-p", 0.95, { min: "0", max: "1", step: "0.05" });
+      const [s, seed] = number("Seed", 1, { min: "0", step: "1" });
+      const [n, length] = number("Characters", 200, { min: "1", max: "2000", step: "1" });
+      this.sampling = { temperature, topK, topP, seed, length };
+      this.generateButton = make("button", { type: "button", class: "tfs-live-generate",
+        onclick: () => this.generate({}).catch(() => {}) }, "Generate");
+      this.generatedText = make("pre", { class: "tfs-live-generated", "aria-live": "polite" });
+      this.body.append(make("fieldset", { class: "tfs-live-sampling" },
+        make("legend", { text: "Write on: sample one character at a time" }),
+        make("div", { class: "tfs-live-controls" }, t, k, p, s, n, this.generateButton),
+        this.generatedText));
+    }
+
+    async runCausal(text) {
+      const info = this.info;
+      const { ids: all, unknown } = encode(info, text);
+      if (unknown.length) throw new Error(unknownMessage(unknown));
+      if (!all.length) throw new Error("Type at least one character.");
+      const ids = all.slice(-info.n_ctx);
+      const out = await this.forward({ input_ids: ids });
+      const logits = rows(out.logits, ids.length - 1, ids.length)[0];
+      const last = { input_ids: ids, probs: softmax(logits), attention: nested(out.attention),
+        forward_ms: this.lastForwardMs };
+      this.labels = ids.map((i) => shown(info.tokens[i]));
+      drawBars(this.bars, last.probs, info, 10,
+        `Next character after “${this.labels.slice(-12).join("")}”`);
+      this.current = last;
+      this.drawAttention();
+      return last;
+    }
+
+    drawAttention() {
+      const last = this.current;
+      if (!last) return;
+      const l = Number(this.layerSelect.value);
+      const h = Number(this.headSelect.value);
+      if (this.kind === "seq2seq") {
+        const stack = this.stackSelect.value;
+        const src = last.src_ids.map((i) => shown(this.info.tokens[i]));
+        const dec = last.output_ids.slice(0, -1).map((i) => shown(this.info.tokens[i]));
+        const made = last.output_ids.slice(1).map((i) => `→${shown(this.info.tokens[i])}`);
+        const [rowsL, colsL, axes, name] = {
+          cross_attention: [made, src, ["output", "source"], "Cross-attention: each output digit's look at the source"],
+          encoder_attention: [src, src, ["query", "key"], "Encoder self-attention"],
+          decoder_attention: [dec, dec, ["query", "key"], "Decoder self-attention (decoder inputs)"],
+        }[stack];
+        drawHeatmap(this.heat, last[stack][l][h], rowsL, colsL, `${name}, layer ${l + 1}, head ${h + 1}`, axes);
+      } else {
+        drawHeatmap(this.heat, last.attention[l][h], this.labels, this.labels,
+          `Attention, layer ${l + 1}, head ${h + 1}`, ["query", "key"]);
+      }
+    }
+
+    /** Sample `length` characters after the prompt (seeded: the same settings give the same text). */
+    generate(options) {
+      if (this.kind !== "causal-lm") return Promise.reject(new Error("only a causal-lm panel generates"));
+      if (this.api.state !== "ready") return Promise.reject(new Error(`the panel is ${this.api.state}, not ready`));
+      const s = this.sampling;
+      const names = { temperature: s.temperature, top_k: s.topK, top_p: s.topP, seed: s.seed, length: s.length };
+      for (const [key, input] of Object.entries(names)) if (options[key] !== undefined) input.value = String(options[key]);
+      if (options.prompt !== undefined) this.box.value = options.prompt;
+      const settings = { temperature: Number(s.temperature.value), topK: Math.max(0, Math.floor(Number(s.topK.value))),
+        topP: Number(s.topP.value) };
+      const seed = Math.floor(Number(s.seed.value)) || 0;
+      const length = Math.max(1, Math.min(2000, Math.floor(Number(s.length.value)) || 1));
+      return this.enqueue(async () => {
+        const info = this.info;
+        const prompt = this.box.value;
+        const { ids: start, unknown } = encode(info, prompt);
+        try {
+          if (unknown.length) throw new Error(unknownMessage(unknown));
+          if (!start.length) throw new Error("Type at least one character to start from.");
+        } catch (error) {
+          this.showError(error);
+          throw error;
+        }
+        this.generateButton.disabled = true;
+        const random = mulberry32(seed);
+        const ids = [];
+        const promptSpan = make("span", { text: prompt });
+        const continuation = make("mark", {});
+        this.generatedText.replaceChildren(promptSpan, continuation);
+        try {
+          for (let n = 0; n < length; n++) {
+            const context = start.concat(ids).slice(-info.n_ctx);
+            const out = await this.forward({ input_ids: context });
+            const logits = out.logits.data.subarray((context.length - 1) * info.vocab_size, context.length * info.vocab_size);
+            ids.push(sample(logits, settings, random));
+            continuation.textContent = ids.map((i) => info.tokens[i]).join("");
+          }
+        } finally {
+          this.generateButton.disabled = false;
+        }
+        this.updateInfo(this.lastForwardMs);
+        const result = { text: ids.map((i) => info.tokens[i]).join(""), ids, prompt, seed, length, ...settings };
+        this.api.generated = result;
+        return result;
+      });
+    }
+
+    // ---- masked-lm: fill in the blanks -------------------------------------------------------
+    buildMasked() {
+      this.filled = make("p", { class: "tfs-live-filled" });
+      this.fills = make("div", { class: "tfs-live-fills" });
+      this.heat = plotArea();
+      this.body.append(this.filled, this.fills, make("div", { class: "tfs-live-plots tfs-live-one" },
+        make("div", {}, this.attentionControls(null), this.heat.caption, this.heat)));
+    }
+
+    async runMasked(text) {
+      const info = this.info;
+      const mask = info.special.mask;
+      let { ids, unknown } = encode(info, text, mask);
+      if (unknown.length) throw new Error(unknownMessage(unknown));
+      if (!ids.length) throw new Error("Type some text, with _ for each character to guess.");
+      let note = "";
+      if (ids.length > info.n_ctx) {
+        ids = ids.slice(0, info.n_ctx);
+        note = `The model reads at most ${info.n_ctx} characters: it sees only the first ${info.n_ctx}.`;
+      }
+      const out = await this.forward({ input_ids: ids });
+      const positions = ids.map((id, i) => (id === mask ? i : -1)).filter((i) => i >= 0);
+      const allLogits = rows(out.logits, 0, ids.length);
+      const probs = positions.map((i) => softmax(allLogits[i]));
+      const last = { input_ids: ids, mask_positions: positions, probs, attention: nested(out.attention),
+        forward_ms: this.lastForwardMs };
+      // the text with each blank filled by its likeliest character, and the top 5 of each blank
+      this.filled.replaceChildren(...ids.map((id, i) => {
+        const k = positions.indexOf(i);
+        return k < 0 ? document.createTextNode(info.tokens[id])
+          : make("mark", { title: `blank ${k + 1}` }, info.tokens[argmax(probs[k])]);
+      }));
+      const list = make("ol", { class: "tfs-live-guesses" });
+      probs.forEach((p, k) => {
+        const top = p.map((_, i) => i).sort((a, b) => p[b] - p[a]).slice(0, 5);
+        list.append(make("li", {}, make("span", { class: "tfs-live-guess-label", text: `blank ${k + 1} (character ${positions[k] + 1}):` }),
+          ...top.map((i) => make("span", { class: "tfs-live-guess", style: `--p: ${(100 * p[i]).toFixed(1)}%` },
+            make("code", { text: shown(info.tokens[i]) }), ` ${(100 * p[i]).toFixed(1)}%`))));
+      });
+      this.fills.replaceChildren(positions.length ? list
+        : make("p", { text: "No blank in the text: write _ where the model should guess a character." }));
+      if (note) this.message.textContent = note;
+      this.labels = ids.map((i) => (i === mask ? "▢" : shown(info.tokens[i])));
+      this.current = last;
+      this.drawAttention();
+      return last;
+    }
+
+    // ---- seq2seq: greedy decoding, cross-attention -------------------------------------------
+    buildSeq2seq() {
+      this.output = make("p", { class: "tfs-live-filled" });
+      this.steps = make("div", { class: "tfs-live-fills" });
+      this.heat = plotArea();
+      this.body.append(this.output, this.steps, make("div", { class: "tfs-live-plots tfs-live-one" },
+        make("div", {}, this.attentionControls([["cross_attention", "cross (output → source)"],
+          ["encoder_attention", "encoder self-attention"], ["decoder_attention", "decoder self-attention"]]),
+        this.heat.caption, this.heat)));
+    }
+
+    async runSeq2seq(text) {
+      const info = this.info;
+      const { bos, eos } = info.special;
+      const digits = text.trim();
+      const { ids: src, unknown } = encode(info, digits);
+      if (unknown.length) throw new Error(unknownMessage(unknown));
+      if (!src.length || src.length > info.n_ctx - 1) throw new Error(`Type 1 to ${info.n_ctx - 1} digits.`);
+      const output = [bos];
+      let out = null;
+      let total = 0;
+      for (let step = 0; step <= src.length; step++) { // at most S + 1 tokens: the digits, then <eos>
+        out = await this.forward({ src_ids: src, tgt_ids: output });
+        total += this.lastForwardMs;
+        const next = argmax(rows(out.logits, output.length - 1, output.length)[0]);
+        output.push(next);
+        if (next === eos) break;
+      }
+      // `out` is the final run, on every output token but the last: its rows give each step
+      const stepProbs = rows(out.logits, 0, output.length - 1).map(softmax);
+      const last = { src_ids: src, output_ids: output, step_probs: stepProbs,
+        encoder_attention: nested(out.encoder_attention), decoder_attention: nested(out.decoder_attention),
+        cross_attention: nested(out.cross_attention), forward_ms: this.lastForwardMs, decode_ms: total };
+      const made = output.slice(1).filter((i) => i !== eos).map((i) => info.tokens[i]).join("");
+      const expected = [...digits].reverse().join("");
+      this.output.replaceChildren("Output: ", make("mark", { text: made || "(nothing)" }),
+        made === expected ? " — the digits reversed." : ` — the digits reversed would be ${expected}.`);
+      const table = make("table", { class: "tfs-live-table" },
+        make("thead", {}, make("tr", {}, make("th", { text: "Step" }),
+          ...output.slice(1).map((_, k) => make("th", { text: String(k + 1) })))),
+        make("tbody", {},
+          make("tr", {}, make("th", { text: "token" }),
+            ...output.slice(1).map((i) => make("td", {}, make("code", { text: info.tokens[i] })))),
+          make("tr", {}, make("th", { text: "probability" }),
+            ...output.slice(1).map((i, k) => make("td", { style: `--p: ${(100 * stepProbs[k][i]).toFixed(1)}%`,
+              text: `${(100 * stepProbs[k][i]).toFixed(1)}%` })))));
+      this.steps.replaceChildren(make("div", { class: "tfs-live-scroll" }, table));
+      this.current = last;
+      this.drawAttention();
+      return last;
+    }
+  }
+
+  function init() {
+    for (const el of document.querySelectorAll("div.tfs-live[data-model]")) {
+      if (el.tfsLive) continue;
+      try {
+        new Panel(el);
+      } catch (error) {
+        el.append(make("p", { class: "tfs-live-error", text: `The live panel failed: ${error.message}` }));
+      }
+    }
+  }
+
+  if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", init);
+  else init();
+})();

@@ -1,0 +1,134 @@
+"""export: safetensors round trip, ONNX (run by onnxruntime) against PyTorch, the panel's folder."""
+
+import json
+
+import numpy as np
+import onnxruntime
+import pytest
+import torch
+
+import transformer_lib as tl
+from transformer_lib.export import WithAttention, export_onnx
+from transformer_lib.viz import live_panel
+
+from .conftest import LLAMA_STYLE
+
+SMALL = dict(vocab_size=11, n_ctx=12, d_model=16, n_layers=2, n_heads=2)
+
+
+def models():
+    torch.manual_seed(0)
+    return {
+        "gpt2": tl.GPT2(tl.GPT2Config(**SMALL)),
+        "llama": tl.GPT2(tl.GPT2Config(**SMALL, **LLAMA_STYLE)),
+        "bert": tl.BERT(tl.BERTConfig(**SMALL)),
+        "enc-dec": tl.EncoderDecoder(tl.EncoderDecoderConfig(**SMALL, d_ff=32)),
+        "enc-dec-rope": tl.EncoderDecoder(tl.EncoderDecoderConfig(**SMALL, d_ff=32, positional="rope",
+                                                                  tie_weights=False)),
+    }
+
+
+def randomise_norms(model):
+    """Norm gains are 1 and biases 0 at initialisation: make them distinct, so a lost one shows."""
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "norm" in name:
+                p.add_(0.3 * torch.randn_like(p))
+    return model
+
+
+@pytest.mark.parametrize("name", list(models()))
+def test_safetensors_round_trip(name, tmp_path):
+    model = randomise_norms(models()[name]).eval()
+    tl.save_pretrained(model, tmp_path)
+    loaded = tl.load_pretrained(tmp_path)
+    assert type(loaded) is type(model) and loaded.config == model.config and not loaded.training
+    state, loaded_state = model.state_dict(), loaded.state_dict()
+    assert state.keys() == loaded_state.keys()
+    for key in state:
+        assert torch.equal(state[key], loaded_state[key]), key
+    if model.config.tie_weights:  # the tie survives: one tensor, not two equal copies
+        head = loaded.lm_head if hasattr(loaded, "lm_head") else loaded.mlm_head.decoder
+        embedding = loaded.tgt_embed.token_embedding if hasattr(loaded, "tgt_embed") else loaded.token_embedding
+        assert head.weight is embedding.weight
+
+
+def test_load_pretrained_errors(tmp_path):
+    with pytest.raises(FileNotFoundError, match="config.json"):
+        tl.load_pretrained(tmp_path)
+    tl.save_pretrained(models()["gpt2"], tmp_path)
+    (tmp_path / "config.json").write_text(json.dumps({"model": "Llama", "config": {}}))
+    with pytest.raises(ValueError, match="names model 'Llama'"):
+        tl.load_pretrained(tmp_path)
+    with pytest.raises(TypeError, match="GPT2, BERT, EncoderDecoder"):
+        tl.save_pretrained(torch.nn.Linear(2, 2), tmp_path)
+
+
+def run_both(model, path, *ids):
+    session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    with torch.no_grad():
+        expected = WithAttention(model.eval())(*ids)
+    got = session.run(None, {i.name: t.numpy() for i, t in zip(session.get_inputs(), ids)})
+    return got, expected
+
+
+@pytest.mark.parametrize("name", list(models()))
+def test_onnx_matches_pytorch_at_every_length(name, tmp_path):
+    """One exported graph for all lengths 1..n_ctx: logits and every attention map equal PyTorch's."""
+    model = randomise_norms(models()[name]).eval()
+    path = export_onnx(model, tmp_path / "model.onnx")
+    n_ctx, g = model.config.n_ctx, torch.Generator().manual_seed(1)
+    two = isinstance(model, tl.EncoderDecoder)
+    for length in (1, 2, 5, n_ctx):
+        ids = [torch.randint(0, 11, (1, length), generator=g)]
+        if two:
+            ids.append(torch.randint(0, 11, (1, max(1, n_ctx - length)), generator=g))
+        got, expected = run_both(model, path, *ids)
+        assert len(got) == (4 if two else 2)
+        for g_out, e_out in zip(got, expected):
+            assert g_out.shape == tuple(e_out.shape)
+            np.testing.assert_allclose(g_out, e_out.numpy(), atol=2e-5, rtol=0)
+        attention = expected[1]  # (n_layers, n_heads, seq_q, seq_k): rows are distributions
+        assert torch.allclose(attention.sum(-1), torch.ones(()), atol=1e-5)
+        if not two and name != "bert" and length > 1:  # causal: nothing above the diagonal
+            assert attention.triu(1).abs().max() == 0
+
+
+def test_export_copies_leave_the_model_alone(tmp_path):
+    model = models()["gpt2"].train()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    export_onnx(model, tmp_path / "m.onnx")
+    assert model.training and all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+
+
+def test_export_for_browser_writes_the_panels_folder(tmp_path, monkeypatch):
+    monkeypatch.setenv(tl.export.EXPORT_DIR_VARIABLE, str(tmp_path))
+    model = models()["bert"]
+    tokens = [*"abcdefghij", "[MASK]"]
+    export = tl.export_for_browser(model, tokens, "bert-test", [[0, 1, 10, 3]], special={"mask": 10})
+    folder = tmp_path / "bert-test"
+    assert export.directory == folder and export.kind == "masked-lm" and export.max_abs_diff < 1e-5
+    info = json.loads((folder / "browser.json").read_text())
+    assert info["tokens"] == tokens and info["special"] == {"mask": 10} and info["n_ctx"] == SMALL["n_ctx"]
+    assert info["inputs"] == ["input_ids"] and info["outputs"] == ["logits", "attention"]
+    assert info["files"]["model.onnx"] == (folder / "model.onnx").stat().st_size == export.onnx_bytes
+    assert info["parameters"] == model.num_parameters()
+    loaded = tl.load_pretrained(folder)
+    assert all(torch.equal(a, b) for a, b in zip(loaded.state_dict().values(), model.state_dict().values()))
+    html = live_panel(export, prompt='a "b"\n')._repr_html_()
+    assert 'class="tfs-live"' in html and 'data-model="bert-test"' in html and 'data-kind="masked-lm"' in html
+    assert 'data-prompt="a &quot;b&quot;\n"' in html and f'data-onnx-bytes="{export.onnx_bytes}"' in html
+
+
+def test_export_for_browser_errors(tmp_path):
+    model = models()["gpt2"]
+    with pytest.raises(ValueError, match="vocab_size=11"):
+        tl.export_for_browser(model, list("abc"), "x", [[0]], directory=tmp_path)
+    with pytest.raises(ValueError, match="example must hold 1"):
+        tl.export_for_browser(model, list("abcdefghijk"), "x", [[0], [1]], directory=tmp_path)
+    with pytest.raises(ValueError, match=r"ids in \[0, 10\]"):
+        tl.export_for_browser(model, list("abcdefghijk"), "x", [[0]], special={"mask": 11}, directory=tmp_path)
+    with pytest.raises(ValueError, match="plain folder name"):
+        tl.export_for_browser(model, list("abcdefghijk"), "../x", [[0]], directory=tmp_path)
+    with pytest.raises(TypeError, match="export_for_browser returned"):
+        live_panel("ch07-gpt")

@@ -1,0 +1,376 @@
+"""The live panels: each chapter's trained model, run in headless Chromium by ONNX Runtime Web.
+
+Serves the built site (``_build/html``; another folder with ``TFS_LIVE_HTML``) on 127.0.0.1 with
+every other host unreachable, and for each page's ``<div class="tfs-live">``:
+
+* before the panel is opened, the page has fetched none of its lazy files (runtime, model);
+* opened, and text typed into its box, the panel's numbers equal PyTorch's on the same ids
+  (``transformer_lib.export.load_pretrained`` on the published folder): probabilities and every
+  layer's and head's attention within 1e-4; for the encoder-decoder also the greedy output;
+* seeded sampling gives the same text twice; a reloaded page opens and runs again, alike;
+* the console stays clean.
+
+The runtime's size and the latencies go to ``_build/live_models_report.json`` (printed with -s);
+screenshots of each open panel at 1280 and 390 px to ``_build/live/``. Skipped, with the reason,
+when the book is not built or the browser is missing, unless TFS_REQUIRE_BROWSER=1 (as in
+tests/test_browser.py).
+"""
+
+import base64
+import functools
+import json
+import os
+import re
+import threading
+import time
+from html import unescape
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from . import chromium
+
+ROOT = Path(__file__).resolve().parents[1]
+HTML = Path(os.environ.get("TFS_LIVE_HTML") or ROOT / "_build" / "html")
+REPORT = HTML.parent / "live_models_report.json"
+SHOTS = HTML.parent / "live"
+REQUIRED = os.environ.get("TFS_REQUIRE_BROWSER") == "1"
+EXPECTED = {"ch07-gpt": "causal-lm", "ch08-bert": "masked-lm", "ch09-reverse": "seq2seq", "ch10-llama": "causal-lm"}
+LAZY = ("/_static/ort/", "/_static/models/", ".wasm", ".onnx", "browser.json")
+MAX_PAGE_BYTES = 1_500_000  # as tests/test_browser.py: a chapter and its own files
+TOLERANCE = 1e-4
+TIMEOUT = 120  # seconds to open a panel: 2 shared cores compile 14 MB of WebAssembly
+TEXTS = {  # what the test types, per kind (cut to the model's context)
+    "causal-lm": "ROMEO:\nBut soft, what light",
+    "masked-lm": "to b_, or not t_ be",
+    "seq2seq": "2718281",
+}
+PANEL = re.compile(r'<div class="tfs-live"([^>]*)>')
+ATTRIBUTE = re.compile(r'\sdata-([a-z-]+)="([^"]*)"')
+
+
+def _panels() -> list[dict]:
+    """Each live panel of the built book's pages: page, model, kind, prompt."""
+    found = []
+    for page in sorted((HTML / "book").glob("*.html")):
+        for match in PANEL.finditer(page.read_text(encoding="utf-8", errors="replace")):
+            data = {k: unescape(v) for k, v in ATTRIBUTE.findall(match.group(1))}
+            found.append({"page": f"book/{page.name}", "model": data.get("model"), "kind": data.get("kind"),
+                          "prompt": data.get("prompt", "")})
+    return found
+
+
+def _why_not() -> str | None:
+    if not (HTML / "index.html").exists():
+        return f"the book is not built: no {HTML / 'index.html'} (run scripts/setup.sh, or jupyter-book build .)"
+    return chromium.missing()
+
+
+_reason = _why_not()
+if _reason and (REQUIRED or (os.environ.get("CI") and "not built" in _reason)):
+    raise RuntimeError(f"live-model browser test required here, but {_reason}")  # a collection error
+pytestmark = pytest.mark.skipif(_reason is not None, reason=_reason or "")
+PANELS = _panels() if _reason is None else []
+RESULTS: dict[str, dict] = {}
+
+
+# ---- the site and the browser --------------------------------------------------------------------
+class _QuietHandler(SimpleHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture(scope="module")
+def site():
+    server = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_QuietHandler, directory=str(HTML)))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_port}/"
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with chromium.chromium(script_timeout=TIMEOUT) as driver:
+        yield driver
+
+
+@pytest.fixture(scope="module", autouse=True)
+def report():
+    yield RESULTS
+    if not RESULTS:
+        return
+    runtime = {p.name: p.stat().st_size for p in sorted((HTML / "_static" / "ort").glob("*"))}
+    summary = {"runtime_files": runtime, "runtime_bytes": sum(runtime.values()), "panels": RESULTS}
+    REPORT.write_text(json.dumps(summary, indent=1))
+    print(f"\nlive models ({REPORT}):\n" + json.dumps(summary, indent=1))
+
+
+def _wait(driver, script: str, timeout: float = TIMEOUT, *args):
+    """Poll ``script`` (a JS expression) until it is truthy; return its value."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = driver.execute_script(f"return ({script});", *args)
+        if value or time.monotonic() > deadline:
+            return value
+        time.sleep(0.05)
+
+
+def _console(driver) -> list[str]:
+    return [f"{e['level']} {e['message']}" for e in driver.get_log("browser") if e["level"] in ("SEVERE", "WARNING")]
+
+
+def _panel_js(model: str) -> str:
+    return f'document.querySelector(\'div.tfs-live[data-model="{model}"]\')'
+
+
+def _call(model: str, method: str) -> str:
+    """Async script: the panel's test hook ``method(arguments[0])``; its result, or {error}."""
+    return (f"{_panel_js(model)}.tfsLive.{method}(arguments[0])"
+            ".then(arguments[1], (e) => arguments[1]({error: String(e)}));")
+
+
+def _lazy_requests(driver) -> list[str]:
+    names = driver.execute_script("return performance.getEntriesByType('resource').map((r) => r.name);")
+    return [n for n in names if any(part in n for part in LAZY)]
+
+
+def _load(driver, site: str, page: str, model: str) -> None:
+    driver.get(site + page)
+    state = _wait(driver, f"{_panel_js(model)} && {_panel_js(model)}.dataset.state", 60)
+    assert state == "closed", f"the panel for {model} did not start closed (state {state!r})"
+
+
+def _open(driver, model: str) -> float:
+    """Click "Open the live model"; wait until ready; milliseconds it took."""
+    from selenium.webdriver.common.by import By
+
+    panel = driver.find_element(By.CSS_SELECTOR, f'div.tfs-live[data-model="{model}"]')
+    button = panel.find_element(By.CSS_SELECTOR, "button.tfs-live-open")
+    driver.execute_script("arguments[0].scrollIntoView({block: 'center'});", button)
+    start = time.monotonic()
+    button.click()
+    el = _panel_js(model)
+    state = _wait(driver, f"['ready', 'error'].includes({el}.dataset.state) && {el}.dataset.state")
+    if state == "ready":  # and its first run, on the page's text, done (or its complaint shown)
+        _wait(driver, f"Number({el}.dataset.runs) > 0 || {el}.querySelector('.tfs-live-message').textContent")
+    if state != "ready":
+        text = driver.execute_script(f"return {_panel_js(model)}.innerText;")
+        pytest.fail(f"the panel for {model} did not open (state {state!r}):\n{text}")
+    return 1000 * (time.monotonic() - start)
+
+
+def _type(driver, model: str, text: str) -> dict:
+    """Type ``text`` into the panel's box as a reader would; the run it triggers."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+
+    box = driver.find_element(By.CSS_SELECTOR, f'div.tfs-live[data-model="{model}"] .tfs-live-input')
+    driver.execute_script("arguments[0].scrollIntoView({block: 'center'}); arguments[0].focus();", box)
+    box.send_keys(Keys.CONTROL, "a")
+    box.send_keys(Keys.DELETE)
+    box.send_keys(text)
+    done = _wait(driver, f"(l => l && l.text === arguments[0] && l.input_to_result_ms !== undefined)"
+                 f"({_panel_js(model)}.tfsLive.last)", TIMEOUT, text)
+    assert done, f"typing {text!r} into the panel for {model} gave no run; the panel says: " + \
+        driver.execute_script(f"return {_panel_js(model)}.querySelector('.tfs-live-message').innerText;")
+    return driver.execute_script(f"return {_panel_js(model)}.tfsLive.last;")
+
+
+def _encode(info: dict, text: str, blank: int | None = None) -> list[int]:
+    """The tokenizer table's ids of ``text`` (one character a token; "_" / "[MASK]" a blank)."""
+    ids, index, i = [], {t: k for k, t in enumerate(info["tokens"])}, 0
+    while i < len(text):
+        if blank is not None and text.startswith("[MASK]", i):
+            ids.append(blank)
+            i += 6
+            continue
+        ids.append(blank if blank is not None and text[i] == "_" else index[text[i]])
+        i += 1
+    return ids
+
+
+def _max_diff(got, expected) -> float:
+    import numpy as np
+
+    got, expected = np.asarray(got, dtype=np.float64), np.asarray(expected, dtype=np.float64)
+    assert got.shape == expected.shape, f"shape {got.shape} in the browser, {expected.shape} in PyTorch"
+    return float(np.abs(got - expected).max()) if got.size else 0.0
+
+
+def _check_against_torch(model_dir: Path, info: dict, last: dict, text: str) -> dict:
+    """The browser's numbers against PyTorch's on the same ids; the largest differences."""
+    import torch
+
+    from transformer_lib.export import WithAttention, load_pretrained
+
+    net = WithAttention(load_pretrained(model_dir)).eval()
+    kind, n_ctx = info["kind"], info["n_ctx"]
+    diffs = {}
+    with torch.no_grad():
+        if kind == "causal-lm":
+            expected_ids = _encode(info, text)[-n_ctx:]
+            assert last["input_ids"] == expected_ids, "the browser's ids differ from the tokenizer table's"
+            logits, attention = net(torch.tensor([expected_ids]))
+            diffs["probs"] = _max_diff(last["probs"], torch.softmax(logits[0, -1], -1))
+            diffs["attention"] = _max_diff(last["attention"], attention)
+        elif kind == "masked-lm":
+            mask = info["special"]["mask"]
+            expected_ids = _encode(info, text, mask)[:n_ctx]
+            assert last["input_ids"] == expected_ids, "the browser's ids differ from the tokenizer table's"
+            positions = [i for i, t in enumerate(expected_ids) if t == mask]
+            assert last["mask_positions"] == positions and positions
+            logits, attention = net(torch.tensor([expected_ids]))
+            diffs["probs"] = _max_diff(last["probs"], torch.softmax(logits[0, positions], -1))
+            diffs["attention"] = _max_diff(last["attention"], attention)
+        else:
+            bos, eos = info["special"]["bos"], info["special"]["eos"]
+            src = _encode(info, text)
+            assert last["src_ids"] == src, "the browser's ids differ from the tokenizer table's"
+            out = [bos]
+            for _ in range(len(src) + 1):  # greedy, as the panel: the digits, then <eos>
+                out.append(int(net(torch.tensor([src]), torch.tensor([out]))[0][0, -1].argmax()))
+                if out[-1] == eos:
+                    break
+            assert last["output_ids"] == out, f"greedy output {last['output_ids']} in the browser, {out} in PyTorch"
+            logits, enc, dec, cross = net(torch.tensor([src]), torch.tensor([out[:-1]]))
+            diffs["probs"] = _max_diff(last["step_probs"], torch.softmax(logits[0], -1))
+            diffs["encoder_attention"] = _max_diff(last["encoder_attention"], enc)
+            diffs["decoder_attention"] = _max_diff(last["decoder_attention"], dec)
+            diffs["cross_attention"] = _max_diff(last["cross_attention"], cross)
+    return diffs
+
+
+def _screenshot(driver, model: str, width: int, suffix: str = "") -> tuple[str, list[str]]:
+    """The panel at ``width`` CSS pixels (a phone's width by emulation), as a PNG; what of it sticks out."""
+    height, mobile = {1280: (900, False), 768: (1024, False), 390: (844, True)}[width]
+    driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride",
+                           {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": mobile})
+    time.sleep(0.8)  # plotly relayouts on the resize
+    driver.execute_script(f"{_panel_js(model)}.tfsLive.last && {_panel_js(model)}.querySelectorAll('.js-plotly-plot')"
+                          ".forEach((gd) => Plotly.Plots.resize(gd));")
+    time.sleep(0.5)
+    box = driver.execute_script(f"const r = {_panel_js(model)}.getBoundingClientRect(); "
+                                "return [r.left + scrollX, r.top + scrollY, r.width, r.height];")
+    shot = driver.execute_cdp_cmd("Page.captureScreenshot", {
+        "format": "png", "captureBeyondViewport": True,
+        "clip": {"x": max(0, box[0] - 8), "y": max(0, box[1] - 8), "width": box[2] + 16, "height": box[3] + 16,
+                 "scale": 1}})
+    path = SHOTS / f"{model}{suffix}-{width}.png"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(base64.b64decode(shot["data"]))
+    overflow = _overflow(driver, model)
+    driver.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
+    return str(path), overflow
+
+
+def _overflow(driver, model: str) -> list[str]:
+    """Parts of the open panel wider than the panel (cut off or overflowing the page)."""
+    return driver.execute_script(f"""const el = {_panel_js(model)}, right = el.getBoundingClientRect().right + 1;
+        return [...el.querySelectorAll('*')].filter((n) => n.getBoundingClientRect().right > right
+          && !n.closest('.tfs-live-scroll, .tfs-live-fills, svg, .tfs-live-generated'))
+          .map((n) => n.tagName + '.' + n.className);""")
+
+
+# ---- the tests -----------------------------------------------------------------------------------
+def test_every_chapter_model_has_a_panel():
+    found = {p["model"]: p["kind"] for p in PANELS}
+    missing = {m: k for m, k in EXPECTED.items() if found.get(m) != k}
+    assert not missing, f"no live panel (of that kind) for {missing} in {HTML / 'book'}; found {found}"
+    for p in PANELS:
+        assert (HTML / "_static" / "models" / p["model"] / "model.onnx").is_file(), f"{p['model']} is not published"
+    assert (HTML / "_static" / "ort" / "ort-wasm-simd-threaded.wasm").is_file(), "ONNX Runtime Web is not published"
+
+
+def test_a_page_without_panels_loads_nothing_lazy(browser, site):
+    browser.get_log("browser")
+    browser.get(site + "index.html")
+    assert _wait(browser, "document.readyState === 'complete'", 60)
+    time.sleep(0.5)
+    assert not _lazy_requests(browser), "a page without a live panel fetched the runtime or a model"
+    console = _console(browser)
+    assert not console, "the console shows errors or warnings:\n" + "\n".join(console)
+
+
+@pytest.mark.parametrize("panel", PANELS, ids=[p["model"] for p in PANELS])
+def test_live_panel(browser, site, panel):
+    driver, model, page = browser, panel["model"], panel["page"]
+    info = json.loads((HTML / "_static" / "models" / model / "browser.json").read_text(encoding="utf-8"))
+    text = TEXTS[panel["kind"]][: info["n_ctx"] - (1 if panel["kind"] == "seq2seq" else 0)]
+    driver.get_log("browser")
+    driver.set_window_size(1400, 1400)
+    _load(driver, site, page, model)
+    result = {"page": page, "kind": panel["kind"], "onnx_bytes": info["files"]["model.onnx"],
+              "parameters": info["parameters"]}
+
+    # closed: nothing lazy fetched, and the page stays light
+    assert _wait(driver, "document.readyState === 'complete'", 60)
+    assert not _lazy_requests(driver), f"fetched before the panel was opened: {_lazy_requests(driver)}"
+    own = (HTML / page).stat().st_size + driver.execute_script(
+        "return performance.getEntriesByType('resource').filter((r) => !r.name.includes('/_static/'))"
+        ".reduce((s, r) => s + (r.decodedBodySize || 0), 0);")
+    assert own < MAX_PAGE_BYTES, f"{page} weighs {own} bytes of its own"
+    result["page_own_bytes"] = own
+    result["screenshot_closed"], _ = _screenshot(driver, model, 1280, "-closed")
+    text_closed = driver.execute_script(f"return {_panel_js(model)}.innerText;")
+    assert "Try the model trained above" in text_closed and "Open the live model" in text_closed, text_closed
+
+    # open, type, compare with PyTorch
+    result["open_ms"] = _open(driver, model)
+    assert _lazy_requests(driver), "the panel opened without fetching its files?"
+    last = _type(driver, model, text)
+    result["typing_to_result_ms"] = last["input_to_result_ms"]
+    result["forward_ms"] = last["forward_ms"]
+    info_line = driver.execute_script(f"return {_panel_js(model)}.querySelector('.tfs-live-info').innerText;")
+    assert "running in your browser" in info_line and "forward pass took" in info_line, info_line
+    diffs = _check_against_torch(HTML / "_static" / "models" / model, info, last, text)
+    result["max_abs_diff"] = diffs
+    assert max(diffs.values()) <= TOLERANCE, f"browser vs PyTorch: {diffs}"
+    first = last
+
+    # sampling: the same seed and settings give the same text
+    if panel["kind"] == "causal-lm":
+        settings = {"temperature": 0.8, "top_k": 20, "top_p": 0.9, "seed": 7, "length": 40}
+        generate = _call(model, "generate")
+        start = time.monotonic()
+        a = driver.execute_async_script(generate, settings)
+        result["generate_40_chars_ms"] = 1000 * (time.monotonic() - start)
+        b = driver.execute_async_script(generate, settings)
+        c = driver.execute_async_script(generate, settings | {"seed": 8})
+        for g in (a, b, c):
+            assert "error" not in g, g
+            assert len(g["ids"]) == 40 and all(0 <= i < info["vocab_size"] for i in g["ids"])
+        assert a["text"] == b["text"] and a["ids"] == b["ids"], "the same seed gave different text"
+        result["generated"] = a["text"]
+
+        # a text longer than the context: the model reads its last n_ctx characters
+        long = (text + " ") * (info["n_ctx"] // len(text) + 2)
+        got = driver.execute_async_script(_call(model, "run"), long)
+        assert got.get("input_ids") == _encode(info, long)[-info["n_ctx"]:], "a long text is not cut to its last n_ctx"
+
+    # a character the model has no token for: said, and not run
+    runs = driver.execute_script(f"return {_panel_js(model)}.dataset.runs;")
+    got = driver.execute_async_script(_call(model, "run"), "12€" if panel["kind"] == "seq2seq" else "to €")
+    message = driver.execute_script(f"return {_panel_js(model)}.querySelector('.tfs-live-message').innerText;")
+    assert "error" in got and "€" in message, (got, message)
+    assert driver.execute_script(f"return {_panel_js(model)}.dataset.runs;") == runs
+    driver.execute_async_script(_call(model, "run"), text)  # back to the typed text, for the screenshots
+
+    for width in (1280, 768, 390):
+        result[f"screenshot_{width}"], overflow = _screenshot(driver, model, width)
+        assert not overflow, f"parts of the panel stick out at {width} px: {overflow}"
+    console = _console(driver)
+    assert not console, "the console shows errors or warnings:\n" + "\n".join(console)
+
+    # reload: open and run again, same numbers
+    driver.refresh()
+    _wait(driver, f"{_panel_js(model)} && {_panel_js(model)}.dataset.state === 'closed'", 60)
+    result["reopen_ms"] = _open(driver, model)
+    again = _type(driver, model, text)
+    keys = [k for k in first if k not in ("forward_ms", "input_to_result_ms", "decode_ms")]
+    for k in keys:
+        assert again[k] == first[k] or _max_diff(again[k], first[k]) <= 1e-6, f"{k} differs after a reload"
+    console = _console(driver)
+    assert not console, "the console shows errors or warnings:\n" + "\n".join(console)
+    RESULTS[model] = result

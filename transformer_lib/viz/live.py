@@ -1,0 +1,46 @@
+"""A live panel: the chapter's trained model, running in the reader's browser.
+
+Defined in chapter 7, *GPT-2* (section *The model in your browser*). The panel is an HTML
+``<div class="tfs-live">`` that the book's ``_static/live-model.js`` turns into a text box,
+bars and attention maps, computed by ONNX Runtime Web from the files that
+:func:`transformer_lib.export.export_for_browser` wrote (``book/_ext/live_models.py``
+publishes them). Jupyter has no such script, so there the panel says where the files are.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+
+from ..export import BrowserExport
+
+
+class LivePanel:
+    """What a chapter displays after ``export_for_browser``: the page's live panel."""
+
+    def __init__(self, export: BrowserExport, prompt: str = "") -> None:
+        if not isinstance(export, BrowserExport):
+            raise TypeError(f"export must be what export_for_browser returned, got {type(export).__name__}")
+        self.export, self.prompt = export, prompt
+
+    def __repr__(self) -> str:
+        e = self.export
+        return (f"live panel for {e.name!r} ({e.kind}): on the book's page it runs {e.directory / 'model.onnx'} "
+                f"({e.onnx_bytes / 1e6:.2f} MB) in the browser")
+
+    def _repr_html_(self) -> str:
+        e = self.export
+        info = json.loads((e.directory / "browser.json").read_text(encoding="utf-8"))
+        n_params = info["parameters"]
+        attrs = {"model": e.name, "kind": e.kind, "prompt": self.prompt, "onnx-bytes": e.onnx_bytes,
+                 "parameters": n_params}
+        data = " ".join(f'data-{k}="{html.escape(str(v), quote=True)}"' for k, v in attrs.items())
+        fallback = (f"On the book's published page, this box runs the model trained above in your browser "
+                    f"(ONNX Runtime Web, {e.onnx_bytes / 1e6:.1f} MB). In Jupyter the model is live in the "
+                    f"kernel instead; its exported files are in <code>{html.escape(str(e.directory))}</code>.")
+        return f'<div class="tfs-live" {data}>\n<p class="tfs-live-fallback">{fallback}</p>\n</div>'
+
+
+def live_panel(export: BrowserExport, prompt: str = "") -> LivePanel:
+    """The live panel for an exported model; ``prompt`` is the text box's first content."""
+    return LivePanel(export, prompt)
