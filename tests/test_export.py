@@ -132,3 +132,13 @@ def test_export_for_browser_errors(tmp_path):
         tl.export_for_browser(model, list("abcdefghijk"), "../x", [[0]], directory=tmp_path)
     with pytest.raises(TypeError, match="export_for_browser returned"):
         live_panel("ch07-gpt")
+
+
+def test_export_for_browser_refuses_a_file_that_differs(tmp_path, monkeypatch):
+    """A wrong ONNX file is never published: no browser.json, and an error that says why."""
+    import transformer_lib.export as export
+
+    monkeypatch.setattr(export, "check_onnx", lambda *args: 0.5)
+    with pytest.raises(RuntimeError, match="differ from PyTorch's by 5.00e-01"):
+        tl.export_for_browser(models()["gpt2"], list("abcdefghijk"), "x", [[0, 1]], directory=tmp_path)
+    assert not (tmp_path / "x" / "browser.json").exists()

@@ -250,9 +250,15 @@ def _screenshot(driver, model: str, width: int, suffix: str = "") -> tuple[str, 
     time.sleep(0.8)  # plotly relayouts on the resize
     driver.execute_script(f"{_panel_js(model)}.tfsLive.last && {_panel_js(model)}.querySelectorAll('.js-plotly-plot')"
                           ".forEach((gd) => Plotly.Plots.resize(gd));")
-    time.sleep(0.5)
-    box = driver.execute_script(f"const r = {_panel_js(model)}.getBoundingClientRect(); "
-                                "return [r.left + scrollX, r.top + scrollY, r.width, r.height];")
+    driver.execute_script(f"{_panel_js(model)}.scrollIntoView({{block: 'start'}});")
+    measure = (f"const r = {_panel_js(model)}.getBoundingClientRect(); "
+               "return [r.left + scrollX, r.top + scrollY, r.width, r.height];")
+    box = None
+    for _ in range(20):  # until the layout stops moving (fonts, plotly's relayout): else a shifted crop
+        time.sleep(0.25)
+        box, previous = driver.execute_script(measure), box
+        if box == previous:
+            break
     shot = driver.execute_cdp_cmd("Page.captureScreenshot", {
         "format": "png", "captureBeyondViewport": True,
         "clip": {"x": max(0, box[0] - 8), "y": max(0, box[1] - 8), "width": box[2] + 16, "height": box[3] + 16,
@@ -266,9 +272,11 @@ def _screenshot(driver, model: str, width: int, suffix: str = "") -> tuple[str, 
 
 
 def _overflow(driver, model: str) -> list[str]:
-    """Parts of the open panel wider than the panel (cut off or overflowing the page)."""
-    return driver.execute_script(f"""const el = {_panel_js(model)}, right = el.getBoundingClientRect().right + 1;
-        return [...el.querySelectorAll('*')].filter((n) => n.getBoundingClientRect().right > right
+    """Parts of the open panel that stick out of it, right or left (cut off or overflowing the page)."""
+    return driver.execute_script(f"""const el = {_panel_js(model)}, box = el.getBoundingClientRect();
+        const right = box.right + 1, left = box.left - 1;
+        const out = (r) => (r.width || r.height) && (r.right > right || r.left < left);  // hidden: 0 x 0
+        return [...el.querySelectorAll('*')].filter((n) => out(n.getBoundingClientRect())
           && !n.closest('.tfs-live-scroll, .tfs-live-fills, svg, .tfs-live-generated'))
           .map((n) => n.tagName + '.' + n.className);""")
 
@@ -342,7 +350,20 @@ def test_live_panel(browser, site, panel):
             assert "error" not in g, g
             assert len(g["ids"]) == 40 and all(0 <= i < info["vocab_size"] for i in g["ids"])
         assert a["text"] == b["text"] and a["ids"] == b["ids"], "the same seed gave different text"
+        assert c["ids"] != a["ids"], "another seed gave the same 40 characters: is the seed used?"
         result["generated"] = a["text"]
+
+        # temperature 0 is greedy: the same characters as the library's greedy generation
+        import torch
+
+        import transformer_lib as tl
+
+        greedy = driver.execute_async_script(generate, settings | {"temperature": 0, "length": 20})
+        assert "error" not in greedy, greedy
+        lm = tl.load_pretrained(HTML / "_static" / "models" / model)
+        prompt = torch.tensor([_encode(info, greedy["prompt"])])
+        expected = tl.generate(lm, prompt, 20, do_sample=False)[0, prompt.shape[1]:].tolist()
+        assert greedy["ids"] == expected, f"greedy in the browser {greedy['ids']}, in PyTorch {expected}"
 
         # a text longer than the context: the model reads its last n_ctx characters
         long = (text + " ") * (info["n_ctx"] // len(text) + 2)

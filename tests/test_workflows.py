@@ -58,8 +58,11 @@ def test_deploy_builds_from_main_keeps_the_execution_cache_and_publishes_to_page
     workflow = load("deploy.yml")
     assert workflow["on"]["push"]["branches"] == ["main"]
     assert {"pages": "write", "id-token": "write"}.items() <= workflow["permissions"].items()
-    cached = [s["with"]["path"] for s in steps(workflow) if s.get("uses", "").startswith("actions/cache")]
+    cached = [path for s in steps(workflow) if s.get("uses", "").startswith("actions/cache")
+              for path in s["with"]["path"].split()]
     assert "_build/.jupyter_cache" in cached
+    # a cached notebook is not re-executed, so it does not export its live panel's model again
+    assert "_build/browser_models" in cached, "the live panels' models must be cached with the notebooks"
     assert "bash scripts/setup.sh" in runs(workflow), "build the book as the README does"
     upload = [s for s in steps(workflow) if s.get("uses", "").startswith("actions/upload-pages-artifact")]
     assert upload and upload[0]["with"]["path"] == "_build/html"

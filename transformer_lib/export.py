@@ -170,6 +170,7 @@ def export_for_browser(
     *,
     special: dict[str, int] | None = None,
     directory: str | os.PathLike | None = None,
+    tolerance: float = 1e-4,
 ) -> BrowserExport:
     """Write the folder that a live panel on the book's page loads (see the module's docstring).
 
@@ -180,6 +181,8 @@ def export_for_browser(
         example: one id sequence per ONNX input, on which ONNX Runtime is checked against PyTorch.
         special: ids of special tokens by role: ``mask`` (BERT), ``bos``, ``eos``, ``pad``.
         directory: the parent folder; default ``$TFS_BROWSER_MODELS``, else ``browser_models``.
+        tolerance: the largest difference between ONNX Runtime and PyTorch accepted; beyond it,
+            a ``RuntimeError`` (and no ``browser.json``, so no page publishes the file).
     """
     model_name = _model_name(model)
     _, _, kind, inputs, attention = MODELS[model_name]
@@ -204,6 +207,9 @@ def export_for_browser(
     seconds = time.perf_counter() - start
     ids = [torch.tensor([list(seq)], dtype=torch.long) for seq in example]
     diff = check_onnx(model, onnx_path, ids)
+    if not diff <= tolerance:
+        raise RuntimeError(f"ONNX Runtime's outputs differ from PyTorch's by {diff:.2e} on example, more than "
+                           f"tolerance={tolerance}: {onnx_path} does not compute the model")
     n_params = sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
     info = {
         "name": name, "kind": kind, "model": model_name, "tokens": list(tokens), "special": special,

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import html
 import json
+import os
+from pathlib import Path
 
 from ..export import BrowserExport
 
@@ -35,9 +37,13 @@ class LivePanel:
         attrs = {"model": e.name, "kind": e.kind, "prompt": self.prompt, "onnx-bytes": e.onnx_bytes,
                  "parameters": n_params}
         data = " ".join(f'data-{k}="{html.escape(str(v), quote=True)}"' for k, v in attrs.items())
+        folder = Path(os.path.relpath(e.directory)) if e.directory.is_absolute() else e.directory
+        if folder.parts[:1] == ("..",):  # the book's build exports outside the notebook's folder
+            folder = Path(e.directory.name)
         fallback = (f"On the book's published page, this box runs the model trained above in your browser "
                     f"(ONNX Runtime Web, {e.onnx_bytes / 1e6:.1f} MB). In Jupyter the model is live in the "
-                    f"kernel instead; its exported files are in <code>{html.escape(str(e.directory))}</code>.")
+                    f"kernel instead, in the cells above; the exported files are "
+                    f"in the folder <code>{html.escape(folder.as_posix())}</code>.")
         return f'<div class="tfs-live" {data}>\n<p class="tfs-live-fallback">{fallback}</p>\n</div>'
 
 

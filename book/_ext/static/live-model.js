@@ -135,8 +135,9 @@
     if (!(temperature > 0)) return argmax(logits); // temperature 0: greedy
     const probs = softmax(Array.from(logits, (v) => v / temperature));
     let order = probs.map((_, i) => i).sort((a, b) => probs[b] - probs[a] || a - b);
-    if (topK > 0) order = order.slice(0, topK);
-    if (topP > 0 && topP < 1) {
+    // top-k keeps every token tied with the k-th, as tl.next_token_probs does
+    if (topK > 0 && topK < order.length) order = order.filter((i) => probs[i] >= probs[order[topK - 1]]);
+    if (topP < 1) { // top-p <= 0 keeps only the likeliest token (the loop stops after one)
       const kept = order.reduce((sum, i) => sum + probs[i], 0);
       let cumulative = 0;
       let n = 0;
@@ -192,7 +193,7 @@
 
   // ---- tokens: one character each, plus named special tokens -------------------------------------
   function shown(token) {
-    if (token === "\n") return "⏎";
+    if (token === "\n") return "↵";
     if (token === " ") return "␣";
     if (token === "\t") return "⇥";
     return token;
@@ -288,22 +289,25 @@
     const cell = Math.max(8, Math.min(22, (width - 90) / Math.max(colLabels.length, 1)));
     const height = Math.round(Math.min(520, Math.max(200, cell * rowLabels.length + 70)));
     div.style.height = `${height}px`; // plotly's responsive mode sizes the figure to its div
-    const ticks = (labels, room) => {
-      const step = Math.max(1, Math.ceil(labels.length / Math.max(1, Math.floor(room / 13))));
+    const ticks = (labels, room, across = false) => {
+      // a label is "position token": across the x axis it needs its width, not a line's height
+      const size = across ? 7 * Math.max(...labels.map((t, i) => `${i} ${t}`.length)) + 10 : 13;
+      const step = Math.max(1, Math.ceil(labels.length / Math.max(1, Math.floor(room / size))));
       const values = labels.map((_, i) => i).filter((i) => i % step === 0);
-      return { tickvals: values, ticktext: values.map((i) => labels[i]) };
+      // "position token", as the chapters' attention explorer: a skipped label can't pass for the text
+      return { tickvals: values, ticktext: values.map((i) => `${i} ${labels[i]}`) };
     };
     const layout = baseLayout(div, title, height);
     layout.margin = { l: 64, r: 8, t: 8, b: 56 };
-    layout.xaxis = { ...ticks(colLabels, width - 140), title: { text: axisTitles[1], font: { size: 12 } },
+    layout.xaxis = { ...ticks(colLabels, width - 140, true), title: { text: axisTitles[1], font: { size: 12 } },
       tickangle: 0, fixedrange: true, side: "bottom", color: colors.text, zeroline: false, showgrid: false };
     layout.yaxis = { ...ticks(rowLabels, height - 100), title: { text: axisTitles[0], font: { size: 12 } },
       autorange: "reversed", fixedrange: true, color: colors.text, zeroline: false, showgrid: false };
     const text = map.map((row, i) => row.map((p, j) =>
       `${axisTitles[0]} ${i} “${rowLabels[i]}” → ${axisTitles[1]} ${j} “${colLabels[j]}”: ${p.toFixed(3)}`));
     Plotly.react(div, [{
-      // white (no attention) to dark blue; the scale ends at the map's largest weight
-      type: "heatmap", z: map, zmin: 0, zmax: Math.max(1e-6, ...map.map((row) => Math.max(...row))), colorscale: BLUES,
+      // white (no attention) to dark blue at weight 1, the same scale for every map
+      type: "heatmap", z: map, zmin: 0, zmax: 1, colorscale: BLUES,
       text, hovertemplate: "%{text}<extra></extra>", xgap: 0, ygap: 0,
       colorbar: { thickness: 10, len: 0.9, tickformat: ".2f", outlinewidth: 0 },
     }], layout, PLOT_CONFIG);
@@ -488,7 +492,7 @@
         controls.append(label);
       }
       const [layerLabel, layer] = select("Layer", [], "tfs-live-layer");
-      const [headLabel, head] = select("Head", [...Array(info.n_heads).keys()].map((h) => [h, String(h + 1)]), "tfs-live-head");
+      const [headLabel, head] = select("Head", [...Array(info.n_heads).keys()].map((h) => [h, String(h)]), "tfs-live-head");
       this.layerSelect = layer;
       this.headSelect = head;
       controls.append(layerLabel, headLabel);
@@ -500,8 +504,10 @@
       const stack = this.stackSelect ? this.stackSelect.value : "attention";
       const n = stack === "encoder_attention" || stack === "attention" ? this.info.n_layers
         : (this.info.n_decoder_layers || this.info.n_layers);
-      const keep = Math.min(Number(this.layerSelect.value) || 0, n - 1);
-      this.layerSelect.replaceChildren(...[...Array(n).keys()].map((l) => make("option", { value: String(l), text: String(l + 1) })));
+      // counted from 0, as the chapters' module names (blocks.0.attn); the last layer first, where
+      // the trained patterns are clearest (the encoder-decoder's alignment, for one)
+      const keep = this.layerSelect.value === "" ? n - 1 : Math.min(Number(this.layerSelect.value), n - 1);
+      this.layerSelect.replaceChildren(...[...Array(n).keys()].map((l) => make("option", { value: String(l), text: String(l) })));
       this.layerSelect.value = String(keep);
     }
 
@@ -576,9 +582,9 @@
         const input = make("input", { type: "number", value: String(value), ...attrs });
         return [make("label", {}, make("span", { text: label }), input), input];
       };
-      const [t, temperature] = number("Temperature", 0.8, { min: "0", max: "5", step: "0.1" });
+      const [t, temperature] = number("Temperature (0: greedy)", 0.8, { min: "0", max: "5", step: "0.1" });
       const [k, topK] = number("Top-k (0: all)", 0, { min: "0", max: String(this.info.vocab_size), step: "1" });
-      const [p, topP] = number("Top-p", 0.95, { min: "0", max: "1", step: "0.05" });
+      const [p, topP] = number("Top-p (1: off)", 0.95, { min: "0", max: "1", step: "0.05" });
       const [s, seed] = number("Seed", 1, { min: "0", step: "1" });
       const [n, length] = number("Characters", 200, { min: "1", max: "2000", step: "1" });
       this.sampling = { temperature, topK, topP, seed, length };
@@ -603,7 +609,7 @@
         forward_ms: this.lastForwardMs };
       this.labels = ids.map((i) => shown(info.tokens[i]));
       drawBars(this.bars, last.probs, info, 10,
-        `Next character after “${this.labels.slice(-12).join("")}”`);
+        `Next character after “${this.labels.slice(-12).join("")}” (the model's own probabilities, temperature 1)`);
       this.current = last;
       this.drawAttention();
       return last;
@@ -624,10 +630,10 @@
           encoder_attention: [src, src, ["query", "key"], "Encoder self-attention"],
           decoder_attention: [dec, dec, ["query", "key"], "Decoder self-attention (decoder inputs)"],
         }[stack];
-        drawHeatmap(this.heat, last[stack][l][h], rowsL, colsL, `${name}, layer ${l + 1}, head ${h + 1}`, axes);
+        drawHeatmap(this.heat, last[stack][l][h], rowsL, colsL, `${name}, layer ${l}, head ${h}`, axes);
       } else {
         drawHeatmap(this.heat, last.attention[l][h], this.labels, this.labels,
-          `Attention, layer ${l + 1}, head ${h + 1}`, ["query", "key"]);
+          `Attention, layer ${l}, head ${h}`, ["query", "key"]);
       }
     }
 
@@ -708,19 +714,20 @@
       this.filled.replaceChildren(...ids.map((id, i) => {
         const k = positions.indexOf(i);
         return k < 0 ? document.createTextNode(info.tokens[id])
-          : make("mark", { title: `blank ${k + 1}` }, info.tokens[argmax(probs[k])]);
+          : make("mark", { title: `blank ${k + 1}` }, info.tokens[argmax(probs[k].map((v, j) => (j === mask ? -1 : v)))]);
       }));
       const list = make("ol", { class: "tfs-live-guesses" });
       probs.forEach((p, k) => {
-        const top = p.map((_, i) => i).sort((a, b) => p[b] - p[a]).slice(0, 5);
-        list.append(make("li", {}, make("span", { class: "tfs-live-guess-label", text: `blank ${k + 1} (character ${positions[k] + 1}):` }),
+        // [MASK] itself is not a character the blank could be (the chapter's fill_in skips it too)
+        const top = p.map((_, i) => i).filter((i) => i !== mask).sort((a, b) => p[b] - p[a]).slice(0, 5);
+        list.append(make("li", {}, make("span", { class: "tfs-live-guess-label", text: `blank ${k + 1} (position ${positions[k]}):` }),
           ...top.map((i) => make("span", { class: "tfs-live-guess", style: `--p: ${(100 * p[i]).toFixed(1)}%` },
             make("code", { text: shown(info.tokens[i]) }), ` ${(100 * p[i]).toFixed(1)}%`))));
       });
       this.fills.replaceChildren(positions.length ? list
         : make("p", { text: "No blank in the text: write _ where the model should guess a character." }));
       if (note) this.message.textContent = note;
-      this.labels = ids.map((i) => (i === mask ? "▢" : shown(info.tokens[i])));
+      this.labels = ids.map((i) => (i === mask ? "▮" : shown(info.tokens[i])));
       this.current = last;
       this.drawAttention();
       return last;
@@ -762,7 +769,8 @@
       const made = output.slice(1).filter((i) => i !== eos).map((i) => info.tokens[i]).join("");
       const expected = [...digits].reverse().join("");
       this.output.replaceChildren("Output: ", make("mark", { text: made || "(nothing)" }),
-        made === expected ? " — the digits reversed." : ` — the digits reversed would be ${expected}.`);
+        made === expected ? " — the digits reversed." : ` — the digits reversed would be ${expected}.`,
+        output[output.length - 1] === eos ? "" : ` The model never produced ${info.tokens[eos]}: decoding stopped after ${src.length + 1} tokens.`);
       const table = make("table", { class: "tfs-live-table" },
         make("thead", {}, make("tr", {}, make("th", { text: "Step" }),
           ...output.slice(1).map((_, k) => make("th", { text: String(k + 1) })))),
