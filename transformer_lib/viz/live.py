@@ -10,7 +10,6 @@ publishes them). Jupyter has no such script, so there the panel says where the f
 from __future__ import annotations
 
 import html
-import json
 import os
 from pathlib import Path
 
@@ -32,10 +31,8 @@ class LivePanel:
 
     def _repr_html_(self) -> str:
         e = self.export
-        info = json.loads((e.directory / "browser.json").read_text(encoding="utf-8"))
-        n_params = info["parameters"]
         attrs = {"model": e.name, "kind": e.kind, "prompt": self.prompt, "onnx-bytes": e.onnx_bytes,
-                 "parameters": n_params}
+                 "parameters": e.parameters}
         data = " ".join(f'data-{k}="{html.escape(str(v), quote=True)}"' for k, v in attrs.items())
         folder = Path(os.path.relpath(e.directory)) if e.directory.is_absolute() else e.directory
         if folder.parts[:1] == ("..",):  # the book's build exports outside the notebook's folder
