@@ -25,6 +25,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -155,8 +156,15 @@ def js(driver, call: str, *args):
 
 
 def api(base: str, what: str) -> list:
-    with urllib.request.urlopen(f"{base}/api/{what}?token=tfs", timeout=10) as response:
-        return json.load(response)
+    """GET ``/api/<what>``; a 500 is asked again (CI saw one while a kernel was replaced)."""
+    for attempt in range(5):
+        try:
+            with urllib.request.urlopen(f"{base}/api/{what}?token=tfs", timeout=10) as response:
+                return json.load(response)
+        except urllib.error.HTTPError as error:
+            if error.code < 500 or attempt == 4:
+                raise
+            time.sleep(1)
 
 
 def wait_ready(driver, name: str, app: str) -> dict:
