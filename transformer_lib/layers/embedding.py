@@ -10,13 +10,14 @@ one tensor (chapter 6, *Weight tying*).
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .._checks import check_int, check_token_ids
 
 
 class TokenEmbedding(nn.Module):
-    """``weight[ids]`` with a clear error for ids outside the vocabulary. Defined in chapter 1."""
+    """Rows ``ids`` of ``weight``, with a clear error for ids out of range. Defined in chapter 1."""
 
     def __init__(self, vocab_size: int, d_model: int, n_rows: int | None = None) -> None:
         """``n_rows``: rows of the table, ``vocab_size`` by default; more pads it (chapter 11),
@@ -34,4 +35,5 @@ class TokenEmbedding(nn.Module):
 
         ``name`` is used in error messages."""
         check_token_ids(name, ids, self.vocab_size)
-        return self.weight[ids]
+        # F.embedding rather than weight[ids]: the same rows, a faster kernel (timed in chapter 1)
+        return F.embedding(ids, self.weight)
