@@ -158,6 +158,7 @@ def test_one_panel_explorer_picks_layer_and_head_together():
     assert fig.layout.updatemenus[0].active == 2 and fig.layout.title.text.endswith("b, head 0")
     for k, button in enumerate(buttons):
         assert button.args[0]["visible"] == [j == k for j in range(5)]
+        assert fig.data[k].name == button.label and fig.data[k].hovertemplate.endswith(f"<extra>{button.label}</extra>")
         assert torch.allclose(torch.tensor(fig.data[k].z), maps[button.label[0]][0, int(button.label[-1])],
                               atol=1e-3)
     assert not fig.layout.annotations  # no "head 0" subplot title over a panel that shows any head

@@ -158,11 +158,12 @@ def attention_explorer(
     for li, (name, m) in enumerate(layers.items()):
         k_labels = position_labels(keys[name])
         for h in range(m.shape[0]):
+            label = name if panels == "one" else f"{name}, head {h}"  # "one": name holds the head
             fig.add_trace(
                 go.Heatmap(
                     z=m[h].double().round(decimals=decimals).tolist(), x=k_labels, y=q_labels,
-                    coloraxis="coloraxis", visible=li == first, name=f"{name}, head {h}",
-                    hovertemplate=f"query %{{y}}<br>key %{{x}}<br>weight %{{z:.{decimals}f}}<extra>{name}, head {h}</extra>",
+                    coloraxis="coloraxis", visible=li == first, name=label,
+                    hovertemplate=f"query %{{y}}<br>key %{{x}}<br>weight %{{z:.{decimals}f}}<extra>{label}</extra>",
                 ),
                 row=h // cols + 1, col=h % cols + 1,
             )
