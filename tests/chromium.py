@@ -4,10 +4,14 @@ Shared by the browser tests (``test_browser.py``: the built site; ``test_fronten
 notebooks in JupyterLab and Notebook 7).
 """
 
+import functools
 import os
 import shutil
 import tempfile
+import threading
 from contextlib import contextmanager
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 
 def tool(name: str) -> str | None:
@@ -53,3 +57,32 @@ def chromium(width: int = 1400, height: int = 1400, script_timeout: float = 60):
     finally:
         driver.quit()
         shutil.rmtree(profile, ignore_errors=True)
+
+
+class _QuietHandler(SimpleHTTPRequestHandler):
+    replace: dict[str, str] = {}
+
+    def log_message(self, *args):
+        pass
+
+    def translate_path(self, path):
+        for ending, file in self.replace.items():
+            if path.split("?")[0].endswith(ending):
+                return file
+        return super().translate_path(path)
+
+
+@contextmanager
+def serve(directory: Path, replace: dict[str, Path] | None = None):
+    """Serve ``directory`` on 127.0.0.1 (a free port, no log lines); yield its base URL, ending in /.
+
+    ``replace``: URL paths ending in a key are answered with that file instead (e.g. another plotly.js).
+    """
+    handler = type("Handler", (_QuietHandler,), {"replace": {k: str(v) for k, v in (replace or {}).items()}})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(handler, directory=str(directory)))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_port}/"
+    finally:
+        server.shutdown()
+        server.server_close()

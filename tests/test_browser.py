@@ -11,14 +11,11 @@ which turns those skips into failures.
 """
 
 import base64
-import functools
 import gzip
 import json
 import os
-import threading
 import time
 import urllib.request
-from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -47,18 +44,10 @@ pytestmark = pytest.mark.skipif(_reason is not None, reason=_reason or "")
 
 
 # ---- the site and the browser --------------------------------------------------------------------
-class _QuietHandler(SimpleHTTPRequestHandler):
-    def log_message(self, *args):
-        pass
-
-
 @pytest.fixture(scope="module")
 def site():
-    server = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_QuietHandler, directory=str(HTML)))
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_port}/"
-    server.shutdown()
-    server.server_close()
+    with chromium.serve(HTML) as url:
+        yield url
 
 
 PLOTLY2 = ROOT / ".venv" / "plotly.js-2" / "plotly.min.js"  # Colab's plotly.js (scripts/setup.sh fetches it)
@@ -72,18 +61,8 @@ def site_with_plotly2():
         if REQUIRED:
             pytest.fail(message)
         pytest.skip(message)
-
-    class Handler(_QuietHandler):
-        def translate_path(self, path):
-            if path.split("?")[0].endswith("/_static/plotly.min.js"):
-                return str(PLOTLY2)
-            return super().translate_path(path)
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Handler, directory=str(HTML)))
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_port}/"
-    server.shutdown()
-    server.server_close()
+    with chromium.serve(HTML, replace={"/_static/plotly.min.js": PLOTLY2}) as url:
+        yield url
 
 
 @pytest.fixture(scope="module")

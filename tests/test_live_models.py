@@ -17,14 +17,11 @@ tests/test_browser.py).
 """
 
 import base64
-import functools
 import json
 import os
 import re
-import threading
 import time
 from html import unescape
-from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -76,18 +73,10 @@ RESULTS: dict[str, dict] = {}
 
 
 # ---- the site and the browser --------------------------------------------------------------------
-class _QuietHandler(SimpleHTTPRequestHandler):
-    def log_message(self, *args):
-        pass
-
-
 @pytest.fixture(scope="module")
 def site():
-    server = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_QuietHandler, directory=str(HTML)))
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_port}/"
-    server.shutdown()
-    server.server_close()
+    with chromium.serve(HTML) as url:
+        yield url
 
 
 @pytest.fixture(scope="module")
