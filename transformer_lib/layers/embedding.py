@@ -35,5 +35,5 @@ class TokenEmbedding(nn.Module):
 
         ``name`` is used in error messages."""
         check_token_ids(name, ids, self.vocab_size)
-        # F.embedding rather than weight[ids]: the same rows, a faster kernel (timed in chapter 1)
+        # F.embedding rather than weight[ids]: the same rows, a faster forward on a CPU (chapter 1)
         return F.embedding(ids, self.weight)
