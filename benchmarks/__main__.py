@@ -90,24 +90,28 @@ def main(argv: list[str] | None = None) -> dict:
     log(f"benchmarks on {opts.device.type}: {results['machine']['cpu']}, {results['machine']['torch_threads']} threads"
         + (f", {results['machine']['gpu']}" if opts.device.type == "cuda" else "")
         + f"; load average {results['load_before']}")
-    if "throughput" not in args.skip:
-        log("training throughput")
-        results["throughput"] = suite.throughput(opts)
-        if not opts.compile:
-            results["compile_note"] = "skipped (--quick)" if opts.quick else "skipped (--no-compile)"
-    if "generation" not in args.skip:
-        log("generation")
-        results["generation"] = suite.generation(opts)
-    if "convergence" not in args.skip:
-        log("convergence")
-        results["convergence"] = suite.convergence(opts)
-        # the yardstick on the same recipe, weights and batches: what the target means for nanoGPT's model.py
-        results["convergence_plain"] = suite.convergence(opts, plain=True)
-    if "gpu" not in args.skip:
-        log("GPU")
-        results["gpu"] = suite.gpu(opts)
-        if "skipped" in results["gpu"]:
-            log(f"  {results['gpu']['skipped']}")
+    # each section on its own: one that fails is recorded and the others still run and are saved
+    sections = {"throughput": lambda: suite.throughput(opts), "generation": lambda: suite.generation(opts),
+                "convergence": lambda: suite.convergence(opts), "gpu": lambda: suite.gpu(opts)}
+    errors = {}
+    for name, run in sections.items():
+        if name in args.skip:
+            continue
+        log({"gpu": "GPU", "throughput": "training throughput"}.get(name, name))
+        try:
+            results[name] = run()
+            if name == "convergence":
+                # the yardstick on the same recipe, weights and batches: what the target means for nanoGPT's model.py
+                results["convergence_plain"] = suite.convergence(opts, plain=True)
+        except Exception as e:  # noqa: BLE001  (reported below and in the exit status)
+            errors[name] = f"{type(e).__name__}: {e}"
+            log(f"  {name} failed: {errors[name]}")
+    if "throughput" in results and not opts.compile:
+        results["compile_note"] = "skipped (--quick)" if opts.quick else "skipped (--no-compile)"
+    if "skipped" in results.get("gpu", {}):
+        log(f"  {results['gpu']['skipped']}")
+    if errors:
+        results["errors"] = errors
     results["load_after"] = speed.machine()["load_average"]
     results["seconds"] = time.perf_counter() - start
     json_path, md_path = report.write(results, args.out)
@@ -116,9 +120,10 @@ def main(argv: list[str] | None = None) -> dict:
     log(f"written: {json_path} and {md_path} ({results['seconds']:.0f} s in all)")
     failed = results.get("convergence", {}).get("passed") is False
     same = all(r["same_tokens"] for r in results.get("generation", []))
-    if failed or not same:
+    if failed or not same or errors:
         raise SystemExit("benchmark checks failed: " + ", ".join(
-            x for x, bad in (("convergence target not met", failed), ("KV cache changed the tokens", not same)) if bad))
+            x for x, bad in (("convergence target not met", failed), ("KV cache changed the tokens", not same),
+                             (f"sections failed: {', '.join(errors)}", errors)) if bad))
     return results
 
 

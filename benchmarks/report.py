@@ -132,6 +132,8 @@ def markdown(results: dict) -> str:
             lines += ["", f"shakespeare_char to validation loss {t['target']}: "
                       + (f"reached at step {reached['step']} after {reached['seconds']:.0f} s (val loss {reached['val_loss']:.4f})."
                          if reached else f"not reached in {t['steps']} steps ({t['seconds']:.0f} s; final {t['val_loss']:.4f}).")]
+    for name, error in results.get("errors", {}).items():
+        lines += ["", f"**The {name} section failed**: `{error}`"]
     return "\n".join(lines) + "\n"
 
 
