@@ -241,7 +241,11 @@ def shard_model(module: nn.Module, device: torch.device, world_size: int) -> nn.
     shards the same model, as DDP does when it wraps.
     """
     from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.fsdp import fully_shard
+
+    try:
+        from torch.distributed.fsdp import fully_shard
+    except ImportError:  # torch 2.5
+        from torch.distributed._composable.fsdp import fully_shard
 
     with torch.no_grad():
         for tensor in [*module.parameters(), *module.buffers()]:
