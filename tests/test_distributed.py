@@ -236,9 +236,10 @@ class Losses(tl.Callback):
 
 
 def test_one_process_resumes_step_for_step_and_skips_half_written_checkpoints(tmp_path, monkeypatch):
-    def run(folder, batches=None, **settings):
+    def run(folder, batches=None, chart=None, **settings):
         losses, model = Losses(), make_model(dropout=0.1)  # resuming must restore the random generators
-        state = tl.train(model, batches or sampler(0), sampler(1), checkpointed(folder, **settings), callbacks=[losses])
+        state = tl.train(model, batches or sampler(0), sampler(1), checkpointed(folder, **settings),
+                         callbacks=[losses] + ([chart] if chart else []))
         return losses.by_step, model.state_dict(), state
 
     threads = torch.get_num_threads()
@@ -262,8 +263,12 @@ def test_one_process_resumes_step_for_step_and_skips_half_written_checkpoints(tm
         # step 6's checkpoint half written (a kill before the rename): it is not a checkpoint
         (folder / "step-00000006").rename(folder / ".step-00000006.partial")
         (folder / ".step-00000006.partial" / "trainer.pt").unlink()
-        resumed, resumed_weights, resumed_state = run(folder)
+        from transformer_lib.viz.training import LiveLossPlot
+
+        chart = LiveLossPlot()
+        resumed, resumed_weights, resumed_state = run(folder, chart=chart)
         assert sorted(resumed) == [5, 6, 7, 8]  # from step 4
+        assert [h["step"] for h in chart.history] == [0, 3, 6, 8]  # the chart has the evaluations before it too
         assert all(resumed[s] == reference[s] for s in resumed)
         assert largest_difference(resumed_weights, weights) == 0
         assert [h["val_loss"] for h in resumed_state.history] == [h["val_loss"] for h in state.history]

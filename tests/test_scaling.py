@@ -153,4 +153,4 @@ def test_figures_have_working_controls():
     memory = {"m": {"bars_at": 1, "memory": {s: [scaling.memory_per_gpu(10**6, n, s) for n in (1, 2)]
                                              for s in scaling.STRATEGIES}}}
     fig = figures.memory_explorer(memory, [1, 2], {"16 GB": 16e9})
-    assert len(fig.data) == 8 and fig.layout.updatemenus[0].buttons[0].label == "m"
+    assert len(fig.data) == 9 and fig.layout.updatemenus[0].buttons[0].label == "m"  # and the 16 GB line

@@ -51,12 +51,13 @@ def ring_explorer(steps: list[RingStep], n_bytes: float | None = None, height: i
         if step is not None:
             for i, c in enumerate(step.sent):
                 j = (i + 1) % n
-                if j > i:
-                    arrows.append(dict(x=c, y=j, ax=c, ay=i, xref="x", yref="y", axref="x", ayref="y",
-                                       showarrow=True, arrowhead=3, arrowwidth=2, arrowcolor="#e45756", text=""))
+                if j > i:  # beside the cells' text, from the sender's cell to the receiver's
+                    arrows.append(dict(x=c + 0.3, y=j - 0.1, ax=c + 0.3, ay=i + 0.1, xref="x", yref="y",
+                                       axref="x", ayref="y", showarrow=True, arrowhead=3, arrowwidth=2,
+                                       arrowcolor="#e45756", text=""))
                 else:  # the ring closes: the last GPU sends to GPU 0
-                    arrows.append(dict(x=c + 0.42, y=i, xref="x", yref="y", text="→ GPU 0", showarrow=False,
-                                       font=dict(color="#e45756", size=12), xanchor="left"))
+                    arrows.append(dict(x=c, y=i, yshift=-15, xref="x", yref="y", text="sent to GPU 0",
+                                       showarrow=False, font=dict(color="#e45756", size=11)))
         sent = f"{s} of {2 * (n - 1)} chunks sent by each GPU: {s / n:.2f} x its gradient's size"
         if chunk_bytes is not None:
             sent += f" ({s * chunk_bytes / 2**20:,.1f} of {2 * (n - 1) * chunk_bytes / 2**20:,.1f} MiB)"
@@ -132,10 +133,13 @@ def memory_explorer(table: dict[str, dict], gpus: list[int], capacities: dict[st
                         hovertemplate="%{x}: " + part + " %{y:,.2f} GiB<extra>" + f"{gpus[at]} GPUs</extra>",
                         row=1, col=2)
             owner.append(k)
-    for name, capacity in capacities.items():
-        fig.add_hline(y=capacity / 2**30, line_dash="dot", line_color="gray", annotation_text=name,
-                      annotation_position="top left", row=1, col=1)
-    buttons = [dict(label=label, method="update", args=[{"visible": [o == k for o in owner]}])
+    for name, capacity in capacities.items():  # traces, not shapes: shown whatever the menu picks
+        fig.add_scatter(x=[gpus[0], gpus[-1]], y=[capacity / 2**30] * 2, mode="lines+text", name=name,
+                        text=[name, ""], textposition="top right", line=dict(color="gray", dash="dot", width=1),
+                        showlegend=False, hovertemplate=f"{name}: {capacity / 2**30:,.1f} GiB<extra></extra>",
+                        row=1, col=1)
+        owner.append(None)
+    buttons = [dict(label=label, method="update", args=[{"visible": [o is None or o == k for o in owner]}])
                for k, label in enumerate(labels)]
     at = table[labels[0]]["bars_at"]
     fig.update_layout(barmode="stack", height=height, margin=dict(t=110, b=60),
@@ -144,7 +148,7 @@ def memory_explorer(table: dict[str, dict], gpus: list[int], capacities: dict[st
                                         yanchor="bottom")],
                       legend=dict(orientation="h", y=-0.18))
     fig.update_xaxes(type="log", tickvals=gpus, ticktext=[str(g) for g in gpus], title_text="GPUs", row=1, col=1)
-    fig.update_yaxes(type="log", row=1, col=1)
+    fig.update_yaxes(type="log", dtick="D2", row=1, col=1)  # 1, 2, 5, 10, 20, ...: fewer labels
     fig.update_xaxes(title_text=f"at {gpus[at]} GPUs", row=1, col=2)
     fig.update_yaxes(title_text="GiB", row=1, col=2)
     return fig
