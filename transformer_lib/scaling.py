@@ -233,10 +233,16 @@ def step_timeline(events) -> list[dict]:
     first_forward = min((e.time_range.start for e in compute if e.name.startswith(starts_forward)),
                         default=t0)
     bars = []
+    # FSDP's hooks (gathering and freeing parameters, mostly waiting for the collectives), at any depth:
+    # inside the backward pass they run within the autograd engine's operations
+    for e in events:
+        if e.name.startswith("FSDP::") and e.thread == main and e.time_range.end > e.time_range.start:
+            bars.append({"lane": "compute", "phase": "FSDP hooks", "name": e.name,
+                         "start": (e.time_range.start - t0) / 1e3, "end": (e.time_range.end - t0) / 1e3})
     for e in compute:
         if e.name.startswith("FSDP::"):
-            phase = "FSDP hooks"  # gathering and freeing parameters: mostly waiting for the collectives
-        elif e in backward:
+            continue
+        if e in backward:
             phase = "backward"
         elif e.name.startswith("Optimizer."):
             phase = "optimizer"
@@ -279,13 +285,22 @@ def timeline_summary(bars: list[dict]) -> dict[str, float]:
                 end = e
         return total
 
-    compute = [(b["start"], b["end"]) for b in bars if b["lane"] == "compute" and b["phase"] != "FSDP hooks"]
+    def meet(xs, ys):  # the parts of the intervals xs that lie within ys
+        return [(max(a, c), min(b, d)) for a, b in xs for c, d in ys if min(b, d) > max(a, c)]
+
+    def spans(phase):
+        return [(b["start"], b["end"]) for b in bars if b["phase"] == phase]
+
+    hooks = spans("FSDP hooks")
     comm = [(b["start"], b["end"]) for b in bars if b["lane"] == "communication"]
-    overlap = union([(max(a, c), min(b, d)) for a, b in compute for c, d in comm if min(b, d) > max(a, c)])
-    out = {"step": max(b["end"] for b in bars), "compute": union(compute), "communication": union(comm),
-           "overlapped": overlap}
-    for phase in ("forward", "backward", "optimizer", "other compute", "FSDP hooks"):
-        out[phase] = union([(b["start"], b["end"]) for b in bars if b["phase"] == phase])
+    out = {"step": max(b["end"] for b in bars), "FSDP hooks": union(hooks), "communication": union(comm)}
+    busy = []
+    for phase in ("forward", "backward", "optimizer", "other compute"):  # without the hooks inside them
+        out[phase] = union(spans(phase)) - union(meet(spans(phase), hooks))
+        busy += spans(phase)
+    out["compute"] = union(busy) - union(meet(busy, hooks))
+    overlapped = meet(busy, comm)
+    out["overlapped"] = union(overlapped) - union(meet(overlapped, hooks))
     return out
 
 

@@ -60,7 +60,8 @@ def ring_explorer(steps: list[RingStep], n_bytes: float | None = None, height: i
                                        showarrow=False, font=dict(color="#e45756", size=11)))
         sent = f"{s} of {2 * (n - 1)} chunks sent by each GPU: {s / n:.2f} x its gradient's size"
         if chunk_bytes is not None:
-            sent += f" ({s * chunk_bytes / 2**20:,.1f} of {2 * (n - 1) * chunk_bytes / 2**20:,.1f} MiB)"
+            sent = (f"each step, every link carries one chunk, {chunk_bytes / 2**20:,.1f} MiB; " + sent
+                    + f" ({s * chunk_bytes / 2**20:,.1f} of {2 * (n - 1) * chunk_bytes / 2**20:,.1f} MiB)")
         return {"annotations": arrows, "title.text": f"ring all-reduce on {n} GPUs: {title}<br><sup>{sent}</sup>"}
 
     sliders = [dict(active=0, currentvalue=dict(prefix="step: "), pad=dict(t=40), steps=[
@@ -68,7 +69,8 @@ def ring_explorer(steps: list[RingStep], n_bytes: float | None = None, height: i
              args=[{"visible": [t == s for t in range(len(states))]}, layout(s)]) for s in range(len(states))])]
     first = layout(0)
     fig.update_layout(height=height, sliders=sliders, margin=dict(t=90, b=40, r=90), annotations=first["annotations"],
-                      title=dict(text=first["title.text"]), yaxis=dict(autorange="reversed"))
+                      title=dict(text=first["title.text"]), yaxis=dict(autorange="reversed", showgrid=False),
+                      xaxis=dict(showgrid=False))
     return fig
 
 
