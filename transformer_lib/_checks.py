@@ -249,6 +249,9 @@ def check_finite_logits(logits: Tensor, model: torch.nn.Module | None = None) ->
         return
     if model is not None:
         check_finite_weights(model, "generate")  # raises if the weights are the cause
+    if model is None:
+        raise ValueError("logits are not finite (NaN or inf): if they are a model's output, check that its "
+                         "weights are finite (a diverged training run leaves NaN)")
     raise ValueError("the model's logits are not finite (NaN or inf) although its weights are: "
                      "an activation overflowed (float16?); run the model in float32 or bfloat16")
 

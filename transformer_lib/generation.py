@@ -132,8 +132,8 @@ def generate(
     model.eval()
     try:
         if num_beams > 1:
-            return beam_search(lambda ids: model(ids)[:, -1], input_ids, max_new_tokens, num_beams,
-                               vocab_size=model.config.vocab_size, length_penalty=length_penalty,
+            return beam_search(lambda ids: _finite(model(ids)[:, -1], model), input_ids, max_new_tokens,
+                               num_beams, vocab_size=model.config.vocab_size, length_penalty=length_penalty,
                                eos_token_id=eos_token_id, pad_token_id=pad_token_id,
                                early_stopping=early_stopping)
         cache = None
@@ -156,6 +156,11 @@ def generate(
     finally:
         model.train(was_training)
     return input_ids
+
+
+def _finite(logits: Tensor, model: nn.Module) -> Tensor:
+    check_finite_logits(logits, model)  # NaN weights (a diverged run) say so
+    return logits
 
 
 def _check_generate(model, input_ids, max_new_tokens, num_beams, do_sample, use_cache, temperature, top_k,

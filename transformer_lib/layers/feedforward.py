@@ -60,7 +60,7 @@ def _check_width(x: Tensor, W_in: nn.Linear) -> None:
     check_float_input("x", x, W_in.weight)
     d_model = W_in.in_features
     if x.dim() == 0 or x.shape[-1] != d_model:
-        raise ValueError(f"expected input with last dimension d_model={d_model}, got shape {tuple(x.shape)}")
+        raise ValueError(f"x must have last dimension d_model={d_model}, got shape {tuple(x.shape)}")
 
 
 class FeedForward(nn.Module):

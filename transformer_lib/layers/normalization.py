@@ -27,7 +27,7 @@ def _check_eps(eps: float) -> None:
 def _check_input(x: Tensor, d_model: int, weight: Tensor) -> None:
     check_float_input("x", x, weight)  # an integer x would come back rounded to integers
     if x.dim() == 0 or x.shape[-1] != d_model:
-        raise ValueError(f"expected input with last dimension d_model={d_model}, got shape {tuple(x.shape)}")
+        raise ValueError(f"x must have last dimension d_model={d_model}, got shape {tuple(x.shape)}")
 
 
 class LayerNorm(nn.Module):

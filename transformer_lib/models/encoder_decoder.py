@@ -219,7 +219,12 @@ class EncoderDecoder(nn.Module):
             mask = (None if src_attention_mask is None
                     else src_attention_mask.repeat_interleave(num_beams, dim=0))
             start = torch.full((src_ids.shape[0], 1), bos_token_id, dtype=torch.long, device=src_ids.device)
-            return beam_search(lambda ids: self.decode(ids, memory, mask)[:, -1], start, max_new_tokens,
+            def next_logits(ids: Tensor) -> Tensor:
+                logits = self.decode(ids, memory, mask)[:, -1]
+                check_finite_logits(logits, self)  # NaN weights would rank every beam alike
+                return logits
+
+            return beam_search(next_logits, start, max_new_tokens,
                                num_beams, vocab_size=self.config.vocab_size, length_penalty=length_penalty,
                                eos_token_id=eos_token_id, pad_token_id=pad_token_id,
                                early_stopping=early_stopping)
