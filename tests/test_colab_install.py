@@ -91,7 +91,8 @@ def colab(tmp_path_factory):
     site_packages = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
                                         capture_output=True, text=True, check=True).stdout.strip())
     _torch_stand_in(site_packages)
-    _pip(python, "install", "-q", *(f"{name}=={version}" for name, version in COLAB.items()))
+    # --no-compile: no .pyc for transformers' thousands of files (the slowest part; nothing reads them)
+    _pip(python, "install", "-q", "--no-compile", *(f"{name}=={version}" for name, version in COLAB.items()))
     return python
 
 

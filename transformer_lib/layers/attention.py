@@ -207,7 +207,7 @@ class MultiHeadAttention(nn.Module):
         offset = 0 if kv_cache is None else kv_cache.seq_len
         seq_q = x.shape[1]
         seq_k = offset + seq_q if context is None else context.shape[1]
-        # before the cache is touched
+        # (checked before the KV cache is touched)
         check_attn_mask(mask, (x.shape[0], self.n_heads, seq_q, seq_k), device=x.device)
         if self.use_sdpa and context is None and kv_cache is None and not self._capture:
             return self._fused_self_attention(x, mask)  # chapter 11: fewer steps
