@@ -9,7 +9,9 @@ differ only by additions. Before issue 23 the ``[book]`` extra pulled onnx 1.23,
 protobuf 5.29.5 to 7.x (Colab's TensorFlow and Google packages need protobuf < 6).
 
 Marked ``pypi`` (``pytest -m pypi`` runs it alone, ``-m "not pypi"`` leaves it out); it needs
-PyPI and takes about a minute (less with pip's cache warm). Skipped when PyPI is unreachable.
+PyPI. Colab's environment is built with uv where it is installed (seconds; pip takes about two
+minutes, most of it ipywidgets 7's Jupyter dependencies); the library is installed with pip, as the
+cell does. Skipped when PyPI is unreachable.
 """
 
 import ast
@@ -68,8 +70,8 @@ def _torch_stand_in(site_packages: Path) -> None:
 
 
 def _freeze(python: Path) -> dict[str, str]:
-    out = subprocess.run([str(python), "-m", "pip", "list", "--format=freeze", "--disable-pip-version-check"],
-                         capture_output=True, text=True, check=True).stdout
+    out = subprocess.run([str(python), "-m", "pip", "list", "--format=freeze",
+                          "--disable-pip-version-check"], capture_output=True, text=True, check=True).stdout
     pairs = (line.split("==", 1) for line in out.splitlines() if "==" in line)
     return {re.sub(r"[-_.]+", "-", name).lower(): version for name, version in pairs}
 
@@ -77,8 +79,19 @@ def _freeze(python: Path) -> dict[str, str]:
 def _pip(python: Path, *args: str) -> subprocess.CompletedProcess:
     result = subprocess.run([str(python), "-m", "pip", *args, "--disable-pip-version-check"],
                             capture_output=True, text=True, timeout=900)
-    assert result.returncode == 0, f"pip {' '.join(args)} failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+    assert result.returncode == 0, \
+        f"pip {' '.join(args)} failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
     return result
+
+
+def _uv() -> str | None:
+    """uv's executable (the ``uv`` package, or on PATH), or None."""
+    try:
+        from uv import find_uv_bin
+
+        return find_uv_bin()
+    except (ImportError, FileNotFoundError):
+        return shutil.which("uv")
 
 
 @pytest.fixture(scope="module")
@@ -86,13 +99,23 @@ def colab(tmp_path_factory):
     if not _pypi_reachable():
         pytest.skip("PyPI is not reachable from here (offline)")
     venv = tmp_path_factory.mktemp("colab") / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     python = venv / "bin" / "python"
-    site_packages = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
-                                        capture_output=True, text=True, check=True).stdout.strip())
+    pins = [f"{name}=={version}" for name, version in COLAB.items()]
+    uv = _uv()
+    if uv:  # --seed: the environment gets pip, which the set-up cell runs
+        subprocess.run([uv, "venv", "-q", "--seed", "-p", sys.executable, str(venv)], check=True)
+    else:
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    where = "import sysconfig; print(sysconfig.get_path('purelib'))"
+    site_packages = Path(subprocess.run([str(python), "-c", where], capture_output=True, text=True,
+                                        check=True).stdout.strip())
     _torch_stand_in(site_packages)
-    # --no-compile: no .pyc for transformers' thousands of files (the slowest part; nothing reads them)
-    _pip(python, "install", "-q", "--no-compile", *(f"{name}=={version}" for name, version in COLAB.items()))
+    if uv:
+        result = subprocess.run([uv, "pip", "install", "-q", "--python", str(python), *pins],
+                                capture_output=True, text=True, timeout=900)
+        assert result.returncode == 0, f"uv pip install failed:\n{result.stderr[-3000:]}"
+    else:  # --no-compile: no .pyc for transformers' thousands of files (nothing reads them)
+        _pip(python, "install", "-q", "--no-compile", *pins)
     return python
 
 
@@ -118,6 +141,7 @@ def test_the_setup_cell_only_adds_packages(colab, tmp_path):
     assert not changed, f"the set-up cell changed packages Colab has: {changed}"
     added = sorted(set(after) - set(before))
     assert "transformer-lib" in added, added
-    assert not set(SITE_ONLY) & set(added), f"site-only packages installed in Colab: {set(SITE_ONLY) & set(added)}"
+    site_only = set(SITE_ONLY) & set(added)
+    assert not site_only, f"site-only packages installed in Colab: {site_only}"
     assert "dependency conflicts" not in result.stderr and "ERROR" not in result.stderr, result.stderr
     print(f"\nthe set-up cell added {len(added)} packages: {', '.join(added)}")
