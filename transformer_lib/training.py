@@ -37,7 +37,8 @@ import torch
 from torch import Tensor, nn
 
 from . import checkpoints, distributed
-from ._checks import check_bool, check_int, check_positive, hot_path
+from ._checks import (check_betas, check_bool, check_device, check_int, check_positive, check_real,
+                      check_schedule_reaches_its_peak, check_train_arguments, describe, hot_path)
 from .distributed import Parallel, split_batch
 from .losses import check_label_smoothing
 from .speed import fast_path
@@ -128,6 +129,10 @@ def default_loss(model: nn.Module, batch: Batch, label_smoothing: float = 0.0) -
     """``model.loss(*batch)`` for a tuple (GPT-2: inputs, targets), ``model.mlm_loss(**batch)``
     for a dict (BERT); ``label_smoothing`` is passed on when it is not 0."""
     method = "mlm_loss" if isinstance(batch, dict) else "loss"
+    if method == "loss" and (not isinstance(batch, (tuple, list)) or len(batch) < 2):
+        raise TypeError(f"the batch function returned {describe(batch)}, but the default loss_fn calls "
+                        "model.loss(inputs, targets) and needs both: return (inputs, targets), as "
+                        "tl.BatchSampler and nanoGPT's get_batch do, or pass loss_fn=your_loss(model, batch)")
     loss = getattr(model, method, None)
     if not callable(loss):
         raise TypeError(
@@ -145,7 +150,7 @@ class TrainConfig:
     max_steps: int = 1000
     lr: float = 1e-3
     min_lr: float | None = None  # None: lr / 10
-    warmup_steps: int = 100
+    warmup_steps: int | None = None  # None: 100, or a tenth of max_steps if that is fewer
     schedule: str = "cosine"  # or "inverse_sqrt": the original Transformer's (min_lr unused)
     weight_decay: float = 0.1
     betas: tuple[float, float] = (0.9, 0.95)
@@ -171,7 +176,10 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         check_int("max_steps", self.max_steps, low=1)
+        if self.warmup_steps is None:
+            self.warmup_steps = min(100, self.max_steps // 10)
         check_int("warmup_steps", self.warmup_steps, low=0)
+        check_schedule_reaches_its_peak(self.max_steps, self.warmup_steps)
         check_int("eval_interval", self.eval_interval, low=1)
         check_int("eval_steps", self.eval_steps, low=1)
         check_positive("lr", self.lr)
@@ -181,13 +189,20 @@ class TrainConfig:
         check_label_smoothing(self.label_smoothing)
         if self.min_lr is None:
             self.min_lr = self.lr / 10
+        check_real("min_lr", self.min_lr)
         if not 0 <= self.min_lr <= self.lr:
             raise ValueError(f"min_lr must be in [0, lr={self.lr}], got {self.min_lr}")
+        check_real("weight_decay", self.weight_decay, low=0.0)  # AdamW shrinks weights toward 0, never away
+        self.betas = check_betas(self.betas)
         if self.grad_clip is not None:
             check_positive("grad_clip", self.grad_clip)
         for name in ("fast_path", "fused_optimizer"):
             if getattr(self, name) is not None:
                 check_bool(name, getattr(self, name))
+        for name in ("mixed_precision", "compile", "progress"):
+            check_bool(name, getattr(self, name))
+        check_int("seed", self.seed)
+        check_device(self.device)
         self._check_scaling_out()
 
     def _check_scaling_out(self) -> None:
@@ -347,6 +362,7 @@ def train(
     its share of every batch, the evaluations are averaged over the processes, and only rank 0 shows
     progress, calls the callbacks and writes checkpoints (chapter 12).
     """
+    check_train_arguments(model, train_batches, val_batches, config, loss_fn, callbacks)
     config = config or TrainConfig()
     run = distributed.start(config.parallel, config.device)  # rank 0 of 1, or one of torchrun's processes
     torch.manual_seed(config.seed + run.rank)  # a run repeats; under torchrun, dropout differs between ranks

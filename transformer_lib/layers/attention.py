@@ -20,19 +20,22 @@ import torch.nn.functional as F
 from einops import rearrange
 from torch import Tensor, nn
 
-from .._checks import check_choice, check_divisible, check_int, check_prob
+from .._checks import (check_choice, check_divisible, check_float_input, check_float_tensors, check_int,
+                       check_prob, check_same_device)
 from .kv_cache import LayerKVCache
 from .masks import causal_mask, combine_masks
 
 ATTENTION_KINDS = ("bidirectional", "causal", "cross")
 
 
-def check_attn_mask(mask: Tensor | None, scores_shape: tuple[int, ...], name: str = "mask") -> None:
-    """``mask`` must be bool and broadcast to ``scores_shape`` = ``(..., seq_q, seq_k)``."""
+def check_attn_mask(mask: Tensor | None, scores_shape: tuple[int, ...], name: str = "mask",
+                    device: torch.device | None = None) -> None:
+    """``mask``: bool, on ``device`` if given, broadcasting to ``scores_shape`` = ``(..., seq_q, seq_k)``."""
     if mask is None:
         return
     if not isinstance(mask, Tensor):
         raise TypeError(f"{name} must be a bool torch.Tensor, got {type(mask).__name__}")
+    check_same_device(name, mask, mask.device if device is None else device)
     if mask.dtype != torch.bool:
         raise TypeError(
             f"{name} must have dtype torch.bool (True = may attend), got {mask.dtype}; "
@@ -67,6 +70,7 @@ def scaled_dot_product_attention(
         (before dropout). A query whose keys are all masked gets zero weights and a zero output,
         as in ``F.scaled_dot_product_attention``, instead of NaN.
     """
+    check_float_tensors("q, k, v", q, k, v)
     if q.dim() < 2 or k.dim() < 2 or v.dim() < 2:
         raise ValueError(f"q, k, v must be (..., seq, d); got shapes {tuple(q.shape)}, "
                          f"{tuple(k.shape)}, {tuple(v.shape)}")
@@ -76,7 +80,8 @@ def scaled_dot_product_attention(
     if k.shape[-2] != v.shape[-2]:
         raise ValueError("k and v must have the same number of positions, "
                          f"got {k.shape[-2]} and {v.shape[-2]}")
-    check_attn_mask(mask, (*torch.broadcast_shapes(q.shape[:-2], k.shape[:-2]), q.shape[-2], k.shape[-2]))
+    check_attn_mask(mask, (*torch.broadcast_shapes(q.shape[:-2], k.shape[:-2]), q.shape[-2], k.shape[-2]),
+                    device=q.device)
     d_k = q.shape[-1]
     scores = q @ k.transpose(-2, -1) / math.sqrt(d_k)  # (..., seq_q, seq_k)
     if mask is not None:
@@ -179,17 +184,13 @@ class MultiHeadAttention(nn.Module):
         Returns:
             ``(batch, seq_q, d_model)``.
         """
-        if not isinstance(x, Tensor) or x.dim() != 3 or x.shape[-1] != self.d_model:
-            shape = tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__
-            raise ValueError(f"x must have shape (batch, seq, d_model={self.d_model}), got {shape}")
-        if not x.is_floating_point():
-            raise TypeError("x must be a floating-point tensor of vectors, "
-                            f"got dtype {x.dtype} (embed token ids first)")
+        check_float_input("x", x, self.W_Q.weight)
+        if x.dim() != 3 or x.shape[-1] != self.d_model:
+            raise ValueError(f"x must have shape (batch, seq, d_model={self.d_model}), got {tuple(x.shape)}")
         if self.kind == "cross":
             if context is None:
                 raise ValueError("cross-attention needs a context: pass context=(batch, seq_k, d_context)")
-            if not isinstance(context, Tensor):
-                raise TypeError(f"context must be a torch.Tensor, got {type(context).__name__}")
+            check_float_input("context", context, self.W_K.weight)
             d_context = self.W_K.in_features
             if context.dim() != 3 or context.shape[0] != x.shape[0] or context.shape[-1] != d_context:
                 raise ValueError(
@@ -206,7 +207,8 @@ class MultiHeadAttention(nn.Module):
         offset = 0 if kv_cache is None else kv_cache.seq_len
         seq_q = x.shape[1]
         seq_k = offset + seq_q if context is None else context.shape[1]
-        check_attn_mask(mask, (x.shape[0], self.n_heads, seq_q, seq_k))  # before the cache is touched
+        # (checked before the KV cache is touched)
+        check_attn_mask(mask, (x.shape[0], self.n_heads, seq_q, seq_k), device=x.device)
         if self.use_sdpa and context is None and kv_cache is None and not self._capture:
             return self._fused_self_attention(x, mask)  # chapter 11: fewer steps
 
