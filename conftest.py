@@ -23,8 +23,10 @@ if _data.is_dir():
 #
 # CPU_SECONDS: what each chapter's kernel used under nbval on a quiet 2-core AMD EPYC (2026-11-24, torch 2.13.0,
 # one thread; `pytest book` prints the table below to re-measure). The budget is BUDGET_FACTOR times
-# that (at least 3 s more), and never more than the issues' budgets: 60 s for part I (chapters 1-5),
-# 180 s for part II.
+# that (at least 5 s more), and never more than the issues' budgets: 60 s for part I (chapters 1-5),
+# 180 s for part II. The project's CI machine measured 1.4x (chapters 6-10) to 1.85x (chapter 5) these
+# numbers on 2026-11-27 (a fresh virtual environment: imports cost more there), so the factor is 2:
+# a chapter that doubles its work still fails, the CI machine's own speed does not.
 import re  # noqa: E402
 from collections import defaultdict  # noqa: E402
 
@@ -34,7 +36,7 @@ import pytest  # noqa: E402
 # the machine's load average at 9 (shared), which stretches its wall time, not its CPU time
 CPU_SECONDS = {1: 5.6, 2: 25.1, 3: 9.5, 4: 6.4, 5: 4.1, 6: 48.1, 7: 80.1, 8: 57.6, 9: 47.1, 10: 78.1, 11: 52.3,
                12: 45.7}
-BUDGET_FACTOR = 1.6
+BUDGET_FACTOR = 2.0
 CAPS = {range(1, 6): 60, range(6, 100): 180}
 _wall: dict[str, float] = defaultdict(float)
 _cpu: dict[str, float] = defaultdict(float)
@@ -54,8 +56,8 @@ def budget(notebook: str) -> float | None:
     cap = next(seconds for chapters, seconds in CAPS.items() if number in chapters)
     if number not in CPU_SECONDS:
         return cap
-    # the 3 s floor: start-up noise (imports) of the smallest chapters; 2x still fails for all of them
-    return min(cap, max(BUDGET_FACTOR * CPU_SECONDS[number], CPU_SECONDS[number] + 3))
+    # the 5 s floor: start-up (imports) of the smallest chapters, slower in a fresh environment
+    return min(cap, max(BUDGET_FACTOR * CPU_SECONDS[number], CPU_SECONDS[number] + 5))
 
 
 def process_cpu_seconds(pid: int) -> float | None:

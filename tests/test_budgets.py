@@ -53,16 +53,16 @@ def test_load_stretches_the_wall_clock_but_not_the_cpu_time():
             s.kill()
             s.wait()
     assert wall > 1.2 * quiet, "the spinners did not load the machine"
-    # within the budget's margin (1.6x), which a chapter 2x slower exceeds (test below)
+    # within the budget's margin (2x), which a chapter more than 2x slower exceeds (test below)
     assert loaded < 1.4 * quiet, f"{loaded:.2f} CPU s under load vs {quiet:.2f} quiet"
 
 
-def test_every_chapter_has_a_measured_budget_below_twice_its_cpu_time():
+def test_every_chapter_has_a_measured_budget_of_at_most_twice_its_cpu_time():
     chapters = sorted(ROOT.glob("book/[0-9]*.ipynb"))
     assert chapters
     for path in chapters:
         number = budgets.chapter(path.name)
         assert number in budgets.CPU_SECONDS, f"{path.name} has no measured CPU_SECONDS in conftest.py"
         limit = budgets.budget(f"book/{path.name}")
-        assert budgets.CPU_SECONDS[number] < limit < 2 * budgets.CPU_SECONDS[number], path.name
+        assert budgets.CPU_SECONDS[number] < limit <= 2 * budgets.CPU_SECONDS[number] + 5, path.name
     assert budgets.budget("tests/stand_in.ipynb") is None  # not a chapter: no budget
