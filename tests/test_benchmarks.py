@@ -162,6 +162,10 @@ def test_gpu_section_runs_on_stand_in_sizes(monkeypatch):
         return real_step(setting, opts, name)
 
     monkeypatch.setattr(suite, "_gpt2_step", step_that_runs_out_of_memory)
+    # the code path calls torch.compile; Inductor's C++ build of each graph would take minutes on the CPU
+    # (tests/test_training.py compiles for real, tests/test_cuda.py on a GPU)
+    real_compile = torch.compile
+    monkeypatch.setattr(torch, "compile", lambda fn, **kw: real_compile(fn, **{**kw, "backend": "eager"}))
     log = []
     opts = suite.Options(device=torch.device("cpu"), repeats=2, warmup=1, min_run_seconds=0.01, gpu_batch=8,
                          gpu_target=3.5, log=log.append)
