@@ -151,7 +151,7 @@ def memory_explorer(table: dict[str, dict], gpus: list[int], capacities: dict[st
             owner.append(k)
     for name, capacity in capacities.items():  # traces, not shapes: shown whatever the menu picks
         fig.add_scatter(x=[gpus[0], gpus[-1]], y=[capacity / 2**30] * 2, mode="lines+text", name=name,
-                        text=[name, ""], textposition="top right", line=dict(color="gray", dash="dot", width=1),
+                        text=[name, ""], textposition="bottom right", line=dict(color="gray", dash="dot", width=1),
                         showlegend=False, hovertemplate=f"{name}: {capacity / 2**30:,.1f} GiB<extra></extra>")
         owner.append(None)
         totals_all.append(capacity / 2**30)
