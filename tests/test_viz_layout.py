@@ -4,7 +4,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from transformer_lib.viz import BookRenderer
-from transformer_lib.viz.layout import LINE, MENU_ROW, TITLE_CHARS, tidy, wrap
+from transformer_lib.viz.layout import LEGEND_LINE, LINE, MENU_ROW, TITLE_CHARS, legend_rows, tidy, wrap
 
 
 def test_wrap_breaks_at_spaces_and_keeps_tags_whole():
@@ -43,6 +43,29 @@ def test_title_menus_and_legend_get_rows_of_their_own():
     legend_top = (layout["legend"]["y"] - 1) * plot
     title_bottom = top - (8 + 2 * LINE)  # px above the plot area where the title ends
     assert menu_top <= title_bottom and legend_top <= menu_top - MENU_ROW
+
+
+def test_a_legend_too_wide_for_a_phone_gets_a_second_row_above_the_plot():
+    """At MIN_WIDTH (a phone scrolls a 600-px figure) plotly.js wraps a wide horizontal legend; its second
+    row covered the top of chapter 12's memory calculator (the 80 GB line) until tidy made room for it."""
+    names = ["DDP", "ZeRO-1", "ZeRO-2", "ZeRO-3 / FSDP", "ZeRO-3 + checkpointing"]  # 539 px in Chromium
+
+    def figure(names, **menus):
+        fig = go.Figure([go.Scatter(y=[1, 2], name=n) for n in names])
+        fig.update_layout(height=460, title="t", legend=dict(orientation="h", y=1.02, yanchor="bottom"),
+                          margin=dict(r=20), **menus)
+        return tidy(fig.to_dict())["layout"]
+
+    assert legend_rows(go.Figure([go.Scatter(y=[1], name=n) for n in names]).to_dict()) == 2
+    assert legend_rows(go.Figure([go.Scatter(y=[1], name=n) for n in names[:4]]).to_dict()) == 1
+    wide, narrow = figure(names), figure(names[:4])
+    assert wide["margin"]["t"] == narrow["margin"]["t"] + LEGEND_LINE
+    for layout in (wide, narrow):  # the legend's top stays just under the title's row
+        plot = 460 - layout["margin"]["t"] - 80
+        assert abs((layout["legend"]["y"] - 1) * plot - (layout["margin"]["t"] - (8 + LINE + 8))) < 1e-9
+    # the same names again (one set per dropdown choice) are one legend, not two
+    hidden = go.Figure([go.Scatter(y=[1], name=n, visible=False) for n in names[:4] * 3]).to_dict()
+    assert legend_rows(hidden) == 1
 
 
 def test_subplot_titles_get_room_and_unchanged_figures_stay_unchanged():

@@ -202,14 +202,7 @@ class Checkpointer:
             save_checkpoint(partial / "model.pt", model, step_fn.optimizer)
         write_atomically(partial / f"rng-{run.rank}.pt", rng_state(run.device))
         if run.is_main:
-            write_atomically(partial / "trainer.pt", {
-                "format": 1, "step": step, "lr": state.lr, "elapsed": state.elapsed, "history": state.history,
-                "train_loss": state.train_loss, "val_loss": state.val_loss,
-                "draws": {name: d.count for name, d in self.draws.items()},
-                "scaler": step_fn.scaler.state_dict(), "world_size": run.world_size,
-                "parallel": self.config.parallel, "config": _plain(asdict(self.config)),
-                "model_config": _plain(asdict(model.config)) if hasattr(model, "config") else None,
-            })
+            write_atomically(partial / "trainer.pt", self._trainer(state, model, step_fn))
         run.barrier()  # every rank's files are on disk
         if run.is_main:
             if final.exists():
@@ -220,6 +213,15 @@ class Checkpointer:
                 shutil.rmtree(old, ignore_errors=True)
         run.barrier()
         return final
+
+    def _trainer(self, state, model: nn.Module, step_fn) -> dict:
+        """trainer.pt: the step, the evaluations so far, the data position, the loss scaler, the settings."""
+        return {"format": 1, "step": state.step, "lr": state.lr, "elapsed": state.elapsed,
+                "history": state.history, "train_loss": state.train_loss, "val_loss": state.val_loss,
+                "draws": {name: d.count for name, d in self.draws.items()},
+                "scaler": step_fn.scaler.state_dict(), "world_size": self.run.world_size,
+                "parallel": self.config.parallel, "config": _plain(asdict(self.config)),
+                "model_config": _plain(asdict(model.config)) if hasattr(model, "config") else None}
 
     def resume(self, state, model: nn.Module, step_fn) -> Path | None:
         """Continue from the latest complete checkpoint in ``checkpoint_dir``, if there is one."""

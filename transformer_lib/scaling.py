@@ -38,14 +38,11 @@ class RingStep:
 
 
 def ring_all_reduce(vectors: list[Tensor]) -> tuple[list[Tensor], list[RingStep]]:
-    """Sum ``vectors`` (one per worker, equal shapes) as a ring all-reduce does; returns every worker's
-    result and the steps, for :func:`transformer_lib.viz.scaling.ring_explorer`.
-
-    Each worker's vector is cut into ``N`` chunks (``torch.tensor_split``: sizes may differ by one).
-    Reduce-scatter step ``s``: worker ``i`` sends chunk ``(i - s) % N``, which worker ``i + 1`` adds to
-    its own. All-gather step ``s``: worker ``i`` sends its complete chunk ``(i + 1 - s) % N``, which
-    worker ``i + 1`` keeps.
-    """
+    """Sum ``vectors`` (one per worker, equal shapes) as a ring all-reduce does: every worker's result,
+    and the steps (for :func:`transformer_lib.viz.scaling.ring_explorer`). Each vector is cut into
+    ``N`` chunks (sizes may differ by one). Reduce-scatter step ``s``: worker ``i`` sends chunk
+    ``(i - s) % N``, which worker ``i + 1`` adds to its own; all-gather step ``s``: its complete chunk
+    ``(i + 1 - s) % N``, which worker ``i + 1`` keeps."""
     n = len(vectors)
     check_int("len(vectors)", n, low=1)
     shapes = {tuple(v.shape) for v in vectors}
@@ -139,16 +136,20 @@ def activation_values_per_token(config) -> dict[str, int]:
             "total": config.n_layers * (attention + ffn) + output}
 
 
-def activation_bytes(config, tokens: int, precision: str = "bf16") -> float:
+def activation_bytes(config, tokens: int, precision: str = "bf16", checkpointing: bool = False) -> float:
     """Activation bytes of a micro-batch of ``tokens`` tokens (batch x sequence length).
 
     In bf16 the values are 2 bytes, except the log-softmax and the logits' gradient, which the
-    loss keeps in fp32 (4 bytes).
+    loss keeps in fp32 (4 bytes). ``checkpointing``: activation checkpointing of every block
+    (``torch.utils.checkpoint``; ``tl.train`` does not do it): each block keeps only its input,
+    ``d_model`` values per token, and the backward pass recomputes one block's activations at a
+    time, so the layers hold ``n_layers x d_model`` values per token plus one block's.
     """
     check_choice("precision", precision, ACTIVATION_BYTES)
     values = activation_values_per_token(config)
+    layers = config.n_layers * config.d_model + values["per layer"] if checkpointing else values["layers"]
     logits = 2 * config.vocab_size  # kept in fp32 by the loss
-    return tokens * ((values["total"] - logits) * ACTIVATION_BYTES[precision] + logits * 4)
+    return tokens * ((layers + values["output"] - logits) * ACTIVATION_BYTES[precision] + logits * 4)
 
 
 def peak_allocated(fn) -> int:
@@ -209,57 +210,98 @@ def _communication(name: str) -> str | None:
     return next((phase for key, phase in COMMUNICATION.items() if key in low), "other communication")
 
 
+def _on_gpu(event) -> bool:
+    """Whether a profiler event ran on a GPU (a kernel, a copy) rather than on a CPU thread."""
+    from torch.autograd import DeviceType
+
+    return getattr(event, "device_type", DeviceType.CPU) == DeviceType.CUDA
+
+
+def _ms(e, t0: float) -> tuple[float, float]:
+    return (e.time_range.start - t0) / 1e3, (e.time_range.end - t0) / 1e3
+
+
 def step_timeline(events) -> list[dict]:
     """One profiled training step as bars: ``lane`` (compute, communication), ``phase``, ``start``, ``end``
     (milliseconds from the step's first event) and ``name``.
 
-    ``events``: ``prof.events()`` of a ``torch.profiler.profile`` around one step. Compute is the
-    training thread's top-level operations, grouped into forward (up to the first backward operation),
+    ``events``: ``prof.events()`` of a ``torch.profiler.profile`` around one step. On a CPU, compute is
+    the training thread's top-level operations, grouped into forward (up to the first backward operation),
     backward (the autograd engine's), optimizer (``Optimizer.step`` and ``zero_grad``) and other (the batch,
-    clipping); communication is every collective the backend ran, on its own threads.
+    clipping), and communication every collective the backend ran on its own threads. On a GPU the CPU only
+    launches work, ahead of the GPU, so both lanes are the GPU's: its kernels, each in the phase of the
+    operation that launched it, and NCCL's kernels as the communication.
     """
-    top = [e for e in events if e.cpu_parent is None and e.time_range.end > e.time_range.start]
-    comms = [e for e in top if _communication(e.name)]
+    top = [e for e in events if e.cpu_parent is None and e.time_range.end > e.time_range.start
+           and not _on_gpu(e)]
     optimizer = [e for e in top if e.name.startswith("Optimizer.")]
     if not optimizer:
         raise ValueError("no Optimizer.step among the events: profile a whole training step")
     main = optimizer[0].thread  # on a GPU the backward pass runs on the autograd engine's own thread
+    comms = [e for e in top if _communication(e.name)]
     on_main = [e for e in top if e.thread == main or (e.name.startswith("autograd::") and e not in comms)]
     compute = sorted(on_main, key=lambda e: e.time_range.start)
-    t0 = min(e.time_range.start for e in compute + comms)
     backward = [e for e in compute if e.name.startswith("autograd::") or "post_backward" in e.name]
     first_backward = min((e.time_range.start for e in backward), default=float("inf"))
     starts_forward = ("DistributedDataParallel.forward", "FSDP::root_pre_forward")
     first_forward = min((e.time_range.start for e in compute if e.name.startswith(starts_forward)),
-                        default=t0)
+                        default=min(e.time_range.start for e in compute))
+
+    def phase(e) -> str:  # a top-level operation of the training thread (or the autograd engine's)
+        if e in backward:
+            return "backward"
+        if e.name.startswith("Optimizer."):
+            return "optimizer"
+        return "forward" if first_forward <= e.time_range.start < first_backward else "other compute"
+
+    kernels = [e for e in events if _on_gpu(e) and e.time_range.end > e.time_range.start]
+    if kernels:
+        return _merge(_gpu_bars(events, kernels, phase))
+    t0 = min(e.time_range.start for e in compute + comms)
     bars = []
     # FSDP's hooks (gathering and freeing parameters, mostly waiting for the collectives), at any depth:
     # inside the backward pass they run within the autograd engine's operations
     for e in events:
         if e.name.startswith("FSDP::") and e.thread == main and e.time_range.end > e.time_range.start:
-            bars.append({"lane": "compute", "phase": "FSDP hooks", "name": e.name,
-                         "start": (e.time_range.start - t0) / 1e3, "end": (e.time_range.end - t0) / 1e3})
+            bars.append({"lane": "compute", "phase": "FSDP hooks", "name": e.name, "start": _ms(e, t0)[0],
+                         "end": _ms(e, t0)[1]})
     for e in compute:
-        if e.name.startswith("FSDP::"):
-            continue
-        if e in backward:
-            phase = "backward"
-        elif e.name.startswith("Optimizer."):
-            phase = "optimizer"
-        elif first_forward <= e.time_range.start < first_backward:
-            phase = "forward"
-        else:
-            phase = "other compute"
-        bars.append({"lane": "compute", "phase": phase, "name": e.name,
-                     "start": (e.time_range.start - t0) / 1e3, "end": (e.time_range.end - t0) / 1e3})
+        if not e.name.startswith("FSDP::"):
+            bars.append({"lane": "compute", "phase": phase(e), "name": e.name, "start": _ms(e, t0)[0],
+                         "end": _ms(e, t0)[1]})
     for e in comms:
         bars.append({"lane": "communication", "phase": _communication(e.name), "name": e.name,
-                     "start": (e.time_range.start - t0) / 1e3, "end": (e.time_range.end - t0) / 1e3})
+                     "start": _ms(e, t0)[0], "end": _ms(e, t0)[1]})
     return _merge(bars)
 
 
+def _gpu_bars(events, kernels, phase) -> list[dict]:
+    """The GPU's kernels as bars; a kernel's phase is that of the CPU operation that launched it (found
+    through the profiler's correlation id), or "FSDP hooks" for the copies that FSDP's hooks launch."""
+    launched_by = {e.id: e for e in events if not _on_gpu(e)}
+    t0 = min(k.time_range.start for k in kernels)
+    bars = []
+    for k in kernels:
+        kind = _communication(k.name)
+        if kind:
+            bars.append({"lane": "communication", "phase": kind, "name": k.name, "start": _ms(k, t0)[0],
+                         "end": _ms(k, t0)[1]})
+            continue
+        chain, e = [], launched_by.get(getattr(k, "linked_correlation_id", -1))
+        while e is not None:  # the launching operation and its parents, up to the top level
+            chain.append(e)
+            e = e.cpu_parent
+        if any(e.name.startswith("FSDP::") for e in chain):
+            kind = "FSDP hooks"
+        else:
+            kind = phase(chain[-1]) if chain else "other compute"
+        bars.append({"lane": "compute", "phase": kind, "name": k.name, "start": _ms(k, t0)[0], "end": _ms(k, t0)[1]})
+    return bars
+
+
 def _merge(bars: list[dict], gap_ms: float = 0.05) -> list[dict]:
-    """Consecutive bars of one lane and phase, less than ``gap_ms`` apart, as one bar (fewer to draw)."""
+    """Consecutive bars of one lane and phase, less than ``gap_ms`` apart, as one bar (fewer to draw),
+    named by how many operations it holds and the longest of them."""
     merged: list[dict] = []
     for bar in sorted(bars, key=lambda b: (b["lane"], b["start"])):
         last = merged[-1] if merged else None
@@ -267,16 +309,26 @@ def _merge(bars: list[dict], gap_ms: float = 0.05) -> list[dict]:
                 and bar["start"] - last["end"] < gap_ms and bar["lane"] == "compute"):
             last["end"] = max(last["end"], bar["end"])
             last["count"] += 1
-            last["name"] = f"{last['count']} operations"
+            last["ops"][bar["name"]] = last["ops"].get(bar["name"], 0.0) + bar["end"] - bar["start"]
         else:
-            merged.append({**bar, "count": 1})
+            merged.append({**bar, "count": 1, "ops": {bar["name"]: bar["end"] - bar["start"]}})
+    for bar in merged:
+        ops = bar.pop("ops")
+        if bar["count"] > 1:
+            longest = sorted(ops.items(), key=lambda kv: -kv[1])[:3]
+            bar["name"] = (f"{bar['count']} operations, the longest: "
+                           + "; ".join(f"{_short(name)} {ms:.2f} ms" for name, ms in longest))
     return merged
 
 
+def _short(name: str, width: int = 48) -> str:
+    return name if len(name) <= width else name[:width - 3] + "..."
+
+
 def timeline_summary(bars: list[dict]) -> dict[str, float]:
-    """Milliseconds: the step, its compute (the training thread's operations, by phase; FSDP's hooks, which
-    mostly wait for the collectives, apart), its communication (time any collective ran) and how much of
-    the communication ran while the training thread computed."""
+    """Milliseconds: the step, its compute (the training thread's operations, or the GPU's kernels, by phase;
+    FSDP's hooks apart), its communication (time any collective ran), how much of the communication ran
+    while the training thread computed, and how much of the FSDP hooks' time a collective was running."""
     def union(intervals):
         total, end = 0.0, float("-inf")
         for s, e in sorted(intervals):
@@ -293,7 +345,8 @@ def timeline_summary(bars: list[dict]) -> dict[str, float]:
 
     hooks = spans("FSDP hooks")
     comm = [(b["start"], b["end"]) for b in bars if b["lane"] == "communication"]
-    out = {"step": max(b["end"] for b in bars), "FSDP hooks": union(hooks), "communication": union(comm)}
+    out = {"step": max(b["end"] for b in bars) - min(b["start"] for b in bars), "FSDP hooks": union(hooks),
+           "communication": union(comm), "FSDP hooks during communication": union(meet(hooks, comm))}
     busy = []
     for phase in ("forward", "backward", "optimizer", "other compute"):  # without the hooks inside them
         out[phase] = union(spans(phase)) - union(meet(spans(phase), hooks))
@@ -304,29 +357,48 @@ def timeline_summary(bars: list[dict]) -> dict[str, float]:
     return out
 
 
-class StepTimeline(Callback):
-    """A callback for ``tl.train`` that profiles training step ``step`` on rank 0 (where callbacks run)
-    and keeps it as :func:`step_timeline` bars in ``self.bars``."""
+def median_summary(timelines: list[list[dict]]) -> dict[str, float]:
+    """The median over several profiled steps of each quantity of :func:`timeline_summary`."""
+    import statistics
 
-    def __init__(self, step: int = 3) -> None:
+    summaries = [timeline_summary(bars) for bars in timelines]
+    return {k: statistics.median(s[k] for s in summaries) for k in summaries[0]}
+
+
+def median_step(timelines: list[list[dict]]) -> list[dict]:
+    """The bars of the step whose duration is the median of several profiled steps (the lower one of two)."""
+    ranked = sorted(timelines, key=lambda bars: timeline_summary(bars)["step"])
+    return ranked[(len(ranked) - 1) // 2]
+
+
+class StepTimeline(Callback):
+    """A callback for ``tl.train`` that profiles training steps ``step - steps + 1`` to ``step`` on rank 0
+    (where callbacks run), one profile each, and keeps them as :func:`step_timeline` bars in
+    ``self.timelines`` (``self.bars``: the median step's)."""
+
+    def __init__(self, step: int = 3, steps: int = 1) -> None:
         from .speed import _quiet_profiler
 
         check_int("step", step, low=1)
-        self.step, self.bars, self._profile = step, None, None
+        check_int("steps", steps, low=1, high=step)
+        self.step, self.first = step, step - steps + 1
+        self.timelines: list[list[dict]] = []
+        self.bars, self._profile = None, None
         _quiet_profiler()  # before the profiler's first use in this process
 
     def on_step(self, state, model) -> None:
         from torch.profiler import ProfilerActivity, profile
 
-        if state.step == self.step - 1:  # the next step is the one to profile
-            activities = [ProfilerActivity.CPU]
-            if next(model.parameters()).is_cuda:
-                activities.append(ProfilerActivity.CUDA)
+        cuda = next(model.parameters()).is_cuda
+        if cuda and (self._profile is not None or self.first - 1 <= state.step < self.step):
+            torch.cuda.synchronize()  # the step's kernels, and only them, inside the profile
+        if self._profile is not None:  # the step just taken was profiled
+            self._profile.__exit__(None, None, None)
+            self.timelines.append(step_timeline(self._profile.events()))
+            self._profile = None
+        if self.first - 1 <= state.step < self.step:  # the next step is one to profile
+            activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
             self._profile = profile(activities=activities)
             self._profile.__enter__()
-        elif state.step == self.step and self._profile is not None:
-            if next(model.parameters()).is_cuda:
-                torch.cuda.synchronize()
-            self._profile.__exit__(None, None, None)
-            self.bars = step_timeline(self._profile.events())
-            self._profile = None
+        if state.step == self.step:
+            self.bars = median_step(self.timelines)

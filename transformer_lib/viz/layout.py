@@ -6,7 +6,7 @@ top to bottom, each in a row of its own:
 
 1. the title, left-aligned and wrapped to lines that fit the narrowest figure (``MIN_WIDTH``);
 2. the menus (dropdowns, button rows) that sat above the plot;
-3. a horizontal legend that sat above the plot;
+3. a horizontal legend that sat above the plot, in as many rows as its entries take at ``MIN_WIDTH``;
 4. the subplot titles of the top row.
 
 It also makes every control set the title as ``{"title.text": ...}``: a bare ``title`` string
@@ -25,6 +25,9 @@ LINE = 20           # px per title line
 BASELINE = 14       # px from the top of a title's first line to its baseline
 MENU_ROW = 32       # px: a dropdown's header or a row of buttons
 LEGEND_ROW = 24     # px: a one-row horizontal legend
+LEGEND_LINE = 29    # px per further row of a horizontal legend (measured in Chromium)
+LEGEND_ITEM = 43    # px: a horizontal legend's entry beside its text: symbol and gaps (measured)
+LEGEND_CHAR = 6.5   # px: a character of a 12-px legend entry, generous (capitals are wider)
 SUBTITLE_ROW = 22   # px: the subplot titles above the top row of plots
 SUBTITLE_SIZE = 13  # px
 SUBTITLE_LINE = 17  # px per further line of a subplot title
@@ -144,6 +147,28 @@ def _side_titles(fig: dict) -> None:
             title["side"] = "right"
 
 
+def legend_rows(fig: dict) -> int:
+    """The rows a horizontal legend takes in a figure ``MIN_WIDTH`` wide: plotly.js wraps it at the plot's
+    width. Counted over every name the figure's traces carry (a menu may show any of them), so that
+    the widest legend a menu shows fits."""
+    layout = fig.get("layout") or {}
+    names = list(dict.fromkeys(
+        t.get("name") for t in fig.get("data") or []
+        if t.get("name") and t.get("showlegend") is not False
+        and t.get("type", "scatter") not in ("heatmap", "contour", "surface", "table")))
+    size = ((layout.get("legend") or {}).get("font") or {}).get("size") or 12
+    margin = layout.get("margin") or {}
+    room = MIN_WIDTH - margin.get("l", 80) - margin.get("r", 80)  # plotly's default margins: 80 px
+    rows, x = 1, 0.0
+    for name in names:
+        width = LEGEND_ITEM + LEGEND_CHAR * size / 12 * len(re.sub(r"<[^>]*>", "", str(name)))
+        if x and x + width > room:
+            rows, x = rows + 1, width
+        else:
+            x += width
+    return rows
+
+
 def tidy(fig: dict) -> dict:
     """Stack ``fig``'s title, top menus, top legend and top subplot titles; returns ``fig`` (changed in place)."""
     layout = fig.setdefault("layout", {})
@@ -175,7 +200,7 @@ def tidy(fig: dict) -> dict:
     legend_top = row
     top_legend = legend.get("orientation") == "h" and _above_plot(legend, 1.0)
     if top_legend:
-        row += LEGEND_ROW + GAP
+        row += LEGEND_ROW + (legend_rows(fig) - 1) * LEGEND_LINE + GAP
     subtitle_lines = _fit_subplot_titles(layout)
     if subtitle_lines:
         row += SUBTITLE_ROW + (subtitle_lines - 1) * SUBTITLE_LINE
