@@ -178,7 +178,7 @@ def test_nested_capture_attention():
 
 def test_attention_forward_mutates_nothing():
     rope = tl.RotaryEmbedding(8, 16)
-    mha = tl.MultiHeadAttention(32, 4, kind="causal", rope=rope, dropout=0.1)
+    mha = tl.MultiHeadAttention(32, 4, kind="causal", positions=rope, dropout=0.1)
     before = snapshot(mha)
     mha(torch.randn(2, 6, 32), mask=tl.padding_mask(torch.tensor([[1] * 6, [1] * 4 + [0] * 2])))
     mha.eval()
@@ -262,7 +262,7 @@ def test_fused_attention_gives_the_same_gradients(overrides):
 
 def test_cpu_attention_dropout_keeps_each_weight_with_probability_1_minus_p():
     """The fast path's attention dropout on a CPU: kept weights scaled by 1 / (1 - p), unbiased."""
-    from transformer_lib.layers.attention import causal_attention_with_dropout
+    from transformer_lib.layers.fused_attention import causal_attention_with_dropout
 
     torch.manual_seed(0)
     T, p = 8, 0.25
@@ -280,11 +280,11 @@ def test_cpu_attention_dropout_keeps_each_weight_with_probability_1_minus_p():
 
 
 def test_fast_path_uses_the_cpu_attention_dropout_while_training(monkeypatch):
-    import transformer_lib.layers.attention as attention
+    import transformer_lib.layers.fused_attention as fused
 
     calls = []
-    real = attention.causal_attention_with_dropout
-    monkeypatch.setattr(attention, "causal_attention_with_dropout", lambda *a: calls.append(a[-1]) or real(*a))
+    real = fused.causal_attention_with_dropout
+    monkeypatch.setattr(fused, "causal_attention_with_dropout", lambda *a: calls.append(a[-1]) or real(*a))
     model = tl.GPT2(tl.GPT2Config(vocab_size=50, n_ctx=16, d_model=32, n_layers=2, n_heads=4, dropout=0.2))
     ids = torch.randint(0, 50, (3, 16))
     with tl.fast_path(model):

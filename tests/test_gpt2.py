@@ -150,7 +150,7 @@ def test_llama_style_decoder_is_built_from_the_same_parts():
     model = tiny_gpt2(**LLAMA_STYLE)
     assert model.position_embedding is None and isinstance(model.rope, tl.RotaryEmbedding)
     assert isinstance(model.norm_f, tl.RMSNorm) and isinstance(model.blocks[0].ffn, tl.GatedFeedForward)
-    assert model.blocks[0].attn.rope is model.rope
+    assert model.blocks[0].attn.positions is model.rope is model.positions
     assert not any(n.endswith("bias") for n, _ in model.named_parameters())
     assert model.lm_head.weight is not model.token_embedding.weight
 

@@ -1,0 +1,94 @@
+"""Attention's input checks: errors that name the argument, what it got and what is allowed.
+
+Chapter 2, *Attention*, shows them where it discusses errors; ``MultiHeadAttention`` calls them
+once, before any arithmetic (and before a KV cache is touched), so its ``forward`` reads as the
+equations.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from .._checks import check_choice, check_divisible, check_int, check_prob
+from .kv_cache import LayerKVCache
+from .positions import PositionScheme
+
+ATTENTION_KINDS = ("bidirectional", "causal", "cross")
+
+
+def check_attn_mask(mask: Tensor | None, scores_shape: tuple[int, ...], name: str = "mask") -> None:
+    """``mask`` must be bool and broadcast to ``scores_shape`` = ``(..., seq_q, seq_k)``."""
+    if mask is None:
+        return
+    if not isinstance(mask, Tensor):
+        raise TypeError(f"{name} must be a bool torch.Tensor, got {type(mask).__name__}")
+    if mask.dtype != torch.bool:
+        raise TypeError(
+            f"{name} must have dtype torch.bool (True = may attend), got {mask.dtype}; "
+            f"for a 0/1 padding mask use padding_mask(attention_mask)"
+        )
+    try:
+        ok = torch.broadcast_shapes(mask.shape, scores_shape) == torch.Size(scores_shape)
+    except RuntimeError:
+        ok = False
+    if not ok or mask.dim() > len(scores_shape):
+        raise ValueError(
+            f"{name} of shape {tuple(mask.shape)} does not broadcast to the attention scores' shape "
+            f"{tuple(scores_shape)} = (batch, n_heads, seq_q, seq_k); allowed: (seq_q, seq_k), "
+            f"(batch, 1, seq_q, seq_k), (batch, 1, 1, seq_k), ..."
+        )
+
+
+def check_attention_settings(d_model: int, n_heads: int, kind: str, d_context: int | None, dropout: float,
+                             positions: PositionScheme | None) -> None:
+    """The arguments of ``MultiHeadAttention(...)``."""
+    check_int("d_model", d_model, low=1)
+    check_int("n_heads", n_heads, low=1)
+    check_divisible(d_model, n_heads)
+    check_choice("kind", kind, ATTENTION_KINDS)
+    check_prob("dropout", dropout)
+    if d_context is not None:
+        if kind != "cross":
+            raise ValueError(f"d_context is only used by kind='cross', got kind={kind!r}")
+        check_int("d_context", d_context, low=1)
+    if positions is not None:
+        if not isinstance(positions, PositionScheme):
+            raise TypeError("positions must be a PositionScheme (e.g. tl.RotaryEmbedding) or None, "
+                            f"got {type(positions).__name__}")
+        if kind == "cross":
+            raise ValueError("positions are not applied in cross-attention: "
+                             "queries and keys come from different sequences")
+        positions.check_fits(n_heads, d_model // n_heads)
+
+
+def check_attention_inputs(attn, x: Tensor, context: Tensor | None, mask: Tensor | None,
+                           kv_cache: LayerKVCache | None) -> None:
+    """The arguments of ``attn.forward(x, context, mask, kv_cache)``, ``attn`` a ``MultiHeadAttention``."""
+    if not isinstance(x, Tensor) or x.dim() != 3 or x.shape[-1] != attn.d_model:
+        shape = tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__
+        raise ValueError(f"x must have shape (batch, seq, d_model={attn.d_model}), got {shape}")
+    if not x.is_floating_point():
+        raise TypeError("x must be a floating-point tensor of vectors, "
+                        f"got dtype {x.dtype} (embed token ids first)")
+    if attn.kind == "cross":
+        if context is None:
+            raise ValueError("cross-attention needs a context: pass context=(batch, seq_k, d_context)")
+        if not isinstance(context, Tensor):
+            raise TypeError(f"context must be a torch.Tensor, got {type(context).__name__}")
+        d_context = attn.W_K.in_features
+        if context.dim() != 3 or context.shape[0] != x.shape[0] or context.shape[-1] != d_context:
+            raise ValueError(f"context must have shape (batch={x.shape[0]}, seq_k, d_context={d_context}), "
+                             f"got {tuple(context.shape)}")
+    elif context is not None:
+        raise ValueError(f"context is only used by kind='cross', got kind={attn.kind!r}")
+    if kv_cache is not None:
+        if attn.kind != "causal":
+            raise ValueError(f"a KV cache only makes sense for kind='causal', got kind={attn.kind!r}")
+        if not isinstance(kv_cache, LayerKVCache):
+            raise TypeError("kv_cache must be a LayerKVCache (one layer of a KVCache), "
+                            f"got {type(kv_cache).__name__}")
+    if mask is not None:
+        cached = 0 if kv_cache is None else kv_cache.seq_len
+        seq_k = x.shape[1] + cached if context is None else context.shape[1]
+        check_attn_mask(mask, (x.shape[0], attn.n_heads, x.shape[1], seq_k))
