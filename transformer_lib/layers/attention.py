@@ -16,12 +16,11 @@ import math
 from contextlib import contextmanager
 from typing import Iterator
 
-import torch
 import torch.nn.functional as F
 from einops import rearrange
 from torch import Tensor, nn
 
-from .attention_checks import check_attention_inputs, check_attention_settings, check_attn_mask
+from .attention_checks import check_attention_inputs, check_attention_settings, check_qkv
 from .fused_attention import fused_self_attention, sdpa_attention
 from .kv_cache import LayerKVCache
 from .masks import causal_mask, combine_masks
@@ -48,16 +47,7 @@ def scaled_dot_product_attention(
         (before dropout). A query whose keys are all masked gets zero weights and a zero output,
         as in ``F.scaled_dot_product_attention``, instead of NaN.
     """
-    if q.dim() < 2 or k.dim() < 2 or v.dim() < 2:
-        raise ValueError(f"q, k, v must be (..., seq, d); got shapes {tuple(q.shape)}, "
-                         f"{tuple(k.shape)}, {tuple(v.shape)}")
-    if q.shape[-1] != k.shape[-1]:
-        raise ValueError("q and k must have the same last dimension d_k, "
-                         f"got {q.shape[-1]} and {k.shape[-1]}")
-    if k.shape[-2] != v.shape[-2]:
-        raise ValueError("k and v must have the same number of positions, "
-                         f"got {k.shape[-2]} and {v.shape[-2]}")
-    check_attn_mask(mask, (*torch.broadcast_shapes(q.shape[:-2], k.shape[:-2]), q.shape[-2], k.shape[-2]))
+    check_qkv(q, k, v, mask)
     d_k = q.shape[-1]
     scores = q @ k.transpose(-2, -1) / math.sqrt(d_k)  # (..., seq_q, seq_k)
     if bias is not None:

@@ -28,16 +28,32 @@ def check_attn_mask(mask: Tensor | None, scores_shape: tuple[int, ...], name: st
             f"{name} must have dtype torch.bool (True = may attend), got {mask.dtype}; "
             f"for a 0/1 padding mask use padding_mask(attention_mask)"
         )
-    try:
-        ok = torch.broadcast_shapes(mask.shape, scores_shape) == torch.Size(scores_shape)
-    except RuntimeError:
-        ok = False
-    if not ok or mask.dim() > len(scores_shape):
+    # broadcasting to scores_shape: each of the mask's sizes, from the right, is 1 or the score's
+    # (plain Python: torch.broadcast_shapes costs more than the check, on every forward pass)
+    fits = all(m in (1, s) for m, s in zip(mask.shape[::-1], scores_shape[::-1]))
+    if mask.dim() > len(scores_shape) or not fits:
         raise ValueError(
             f"{name} of shape {tuple(mask.shape)} does not broadcast to the attention scores' shape "
             f"{tuple(scores_shape)} = (batch, n_heads, seq_q, seq_k); allowed: (seq_q, seq_k), "
             f"(batch, 1, seq_q, seq_k), (batch, 1, 1, seq_k), ..."
         )
+
+
+def check_qkv(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> None:
+    """The arguments of ``scaled_dot_product_attention(q, k, v, mask)``."""
+    if q.dim() < 2 or k.dim() < 2 or v.dim() < 2:
+        raise ValueError(f"q, k, v must be (..., seq, d); got shapes {tuple(q.shape)}, "
+                         f"{tuple(k.shape)}, {tuple(v.shape)}")
+    if q.shape[-1] != k.shape[-1]:
+        raise ValueError("q and k must have the same last dimension d_k, "
+                         f"got {q.shape[-1]} and {k.shape[-1]}")
+    if k.shape[-2] != v.shape[-2]:
+        raise ValueError("k and v must have the same number of positions, "
+                         f"got {k.shape[-2]} and {v.shape[-2]}")
+    if mask is not None:
+        q_lead, k_lead = q.shape[:-2], k.shape[:-2]  # (...): batch, heads
+        lead = q_lead if q_lead == k_lead else torch.broadcast_shapes(q_lead, k_lead)
+        check_attn_mask(mask, (*lead, q.shape[-2], k.shape[-2]))
 
 
 def check_attention_settings(d_model: int, n_heads: int, kind: str, d_context: int | None, dropout: float,

@@ -68,15 +68,15 @@ def fused_self_attention(attn, x: Tensor, mask: Tensor | None) -> Tensor:
     add. The heads are split and merged by reshaping, and the fused kernel attends.
     """
     B, T, _ = x.shape
-    Q, K, V = attn.W_Q, attn.W_K, attn.W_V
+    Q, K, V, positions = attn.W_Q, attn.W_K, attn.W_V, attn.positions
     weight = torch.cat([Q.weight, K.weight, V.weight])  # (3 d_model, d_model)
     bias = None if Q.bias is None else torch.cat([Q.bias, K.bias, V.bias])
-    # (batch, seq, 3 d_model) -> three (batch, n_heads, seq, d_head) views; in the backward pass
-    # one copy joins their gradients (a permute of all three: two)
-    q, k, v = (t.view(B, T, attn.n_heads, attn.d_head).transpose(1, 2)
-               for t in F.linear(x, weight, bias).split(attn.d_model, dim=-1))
-    q, k = attn.positions.rotate(q, k, 0)
-    score_bias = attn.positions.score_bias(q, k, 0)
+    q, k, v = F.linear(x, weight, bias).split(attn.d_model, dim=-1)  # (batch, seq, d_model) each
+    # -> (batch, n_heads, seq, d_head) views; in the backward pass one copy joins their gradients
+    # (a permute of all three: two)
+    heads = (B, T, attn.n_heads, attn.d_head)
+    q, k, v = q.view(heads).transpose(1, 2), k.view(heads).transpose(1, 2), v.view(heads).transpose(1, 2)
+    q, k = positions.rotate(q, k, 0)
     dropout_p = attn.dropout if attn.training else 0.0
-    out = sdpa_attention(q, k, v, mask, score_bias, attn.kind == "causal", dropout_p)
+    out = sdpa_attention(q, k, v, mask, positions.score_bias(q, k, 0), attn.kind == "causal", dropout_p)
     return attn.W_O(out.transpose(1, 2).reshape(B, T, attn.d_model))
