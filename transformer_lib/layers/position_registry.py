@@ -31,6 +31,6 @@ POSITIONALS: dict[str, Callable[..., tuple[nn.Module | None, PositionScheme | No
 
 
 def make_positions(config) -> tuple[nn.Module | None, PositionScheme | None]:
-    """The table added to the token embeddings and the scheme shared by every attention layer
-    that ``config.positional`` names (each None where the scheme has no such part)."""
+    """``config.positional`` looked up in ``POSITIONALS``: the table added to the token embeddings
+    and the scheme shared by every attention layer (each None where the scheme has no such part)."""
     return POSITIONALS[config.positional](config)
