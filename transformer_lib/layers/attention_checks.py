@@ -7,12 +7,17 @@ equations.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 from torch import Tensor
 
 from .._checks import check_choice, check_divisible, check_int, check_prob
 from .kv_cache import LayerKVCache
 from .positions import PositionScheme
+
+if TYPE_CHECKING:  # for the annotation only: attention.py imports this module
+    from .attention import MultiHeadAttention
 
 ATTENTION_KINDS = ("bidirectional", "causal", "cross")
 
@@ -78,9 +83,9 @@ def check_attention_settings(d_model: int, n_heads: int, kind: str, d_context: i
         positions.check_fits(n_heads, d_model // n_heads)
 
 
-def check_attention_inputs(attn, x: Tensor, context: Tensor | None, mask: Tensor | None,
+def check_attention_inputs(attn: MultiHeadAttention, x: Tensor, context: Tensor | None, mask: Tensor | None,
                            kv_cache: LayerKVCache | None) -> None:
-    """The arguments of ``attn.forward(x, context, mask, kv_cache)``, ``attn`` a ``MultiHeadAttention``."""
+    """The arguments of ``attn.forward(x, context, mask, kv_cache)``."""
     if not isinstance(x, Tensor) or x.dim() != 3 or x.shape[-1] != attn.d_model:
         shape = tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__
         raise ValueError(f"x must have shape (batch, seq, d_model={attn.d_model}), got {shape}")

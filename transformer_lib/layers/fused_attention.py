@@ -10,12 +10,16 @@ the kernel's ``attn_mask``.
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
 from .masks import causal_mask, combine_masks
+
+if TYPE_CHECKING:  # for the annotation only: attention.py imports this module
+    from .attention import MultiHeadAttention
 
 
 def causal_attention_with_dropout(q: Tensor, k: Tensor, v: Tensor, p: float) -> Tensor:
@@ -59,13 +63,13 @@ def sdpa_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, bias: T
     return F.scaled_dot_product_attention(q, k, v, attn_mask=keep, dropout_p=dropout_p)
 
 
-def fused_self_attention(attn, x: Tensor, mask: Tensor | None) -> Tensor:
+def fused_self_attention(attn: MultiHeadAttention, x: Tensor, mask: Tensor | None) -> Tensor:
     """``attn.forward(x, mask=mask)`` for self-attention without a KV cache, in fewer steps.
 
-    ``attn`` is a ``MultiHeadAttention``. Q, K and V come from one matrix product, ``W_Q``,
-    ``W_K``, ``W_V`` stacked (as nanoGPT's ``c_attn``): one product three times as wide keeps
-    the arithmetic units busier than three, and its backward has no three input gradients to
-    add. The heads are split and merged by reshaping, and the fused kernel attends.
+    Q, K and V come from one matrix product, ``W_Q``, ``W_K``, ``W_V`` stacked (as nanoGPT's
+    ``c_attn``): one product three times as wide keeps the arithmetic units busier than three,
+    and its backward has no three input gradients to add. The heads are split and merged by
+    reshaping, and the fused kernel attends.
     """
     B, T, _ = x.shape
     Q, K, V, positions = attn.W_Q, attn.W_K, attn.W_V, attn.positions
