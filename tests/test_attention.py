@@ -260,6 +260,7 @@ def test_fused_attention_gives_the_same_gradients(overrides):
         torch.testing.assert_close(b.grad, a.grad, atol=1e-6, rtol=1e-4, msg=f"gradient of {name}")
 
 
+@pytest.mark.slow
 def test_cpu_attention_dropout_keeps_each_weight_with_probability_1_minus_p():
     """The fast path's attention dropout on a CPU: kept weights scaled by 1 / (1 - p), unbiased."""
     from transformer_lib.layers.fused_attention import causal_attention_with_dropout
