@@ -30,7 +30,10 @@ from collections import defaultdict  # noqa: E402
 
 import pytest  # noqa: E402
 
-CPU_SECONDS = {1: 5.6, 2: 25.1, 3: 9.5, 4: 6.4, 5: 4.1, 6: 48.1, 7: 80.1, 8: 57.6, 9: 47.1, 10: 78.1, 11: 52.3}
+# chapter 12 counts its torchrun processes too (the kernel's waited-for children); measured 2026-11-27 with
+# the machine's load average at 9 (shared), which stretches its wall time, not its CPU time
+CPU_SECONDS = {1: 5.6, 2: 25.1, 3: 9.5, 4: 6.4, 5: 4.1, 6: 48.1, 7: 80.1, 8: 57.6, 9: 47.1, 10: 78.1, 11: 52.3,
+               12: 45.7}
 BUDGET_FACTOR = 1.6
 CAPS = {range(1, 6): 60, range(6, 100): 180}
 _wall: dict[str, float] = defaultdict(float)

@@ -1,4 +1,5 @@
-# Set-up. In Colab: install the book's library (pinned to this edition) and report the device.
+# Set-up. In Colab: install the book's library (pinned to this edition) and report the device. It adds
+# only what Colab lacks and changes none of its packages (the web page's ONNX export is left out).
 # Elsewhere (local Jupyter, the book's build, CI) there is nothing to do.
 import sys
 
@@ -6,7 +7,7 @@ if "google.colab" in sys.modules:
     import subprocess
 
     LIBRARY = ("transformer_lib[book] @ "
-               "git+https://github.com/transformers-from-scratch/transformers-from-scratch@v0.2.0")
+               "git+https://github.com/transformers-from-scratch/transformers-from-scratch@v0.3.0")
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", LIBRARY], check=True)
     import torch
 

@@ -9,8 +9,10 @@ package registry: the pure-Python packages the chapters need beyond it (plotly, 
 travel as wheels in ``.gpu/wheels`` and the offline data in ``.gpu/data`` (both git-ignored,
 made by ``scripts/gpu_prepare.sh``). Only what the machine lacks is installed, into ``.gpu/site``.
 
-The steps, in order (``--only``/``--skip`` choose): the CUDA tests; ``python -m benchmarks --device
-cuda``; the training chapters measured for the "large GPU" rows of ``measurements.json``. Each step
+The steps, in order (``--only``/``--skip`` choose): the CUDA tests; a one-GPU ``torchrun`` smoke of
+``TrainConfig(parallel="ddp")`` and ``"fsdp"`` (NCCL; ``scripts/torchrun_smoke.py``, which the CPU tests
+run on two processes with gloo); ``python -m benchmarks --device cuda``; the training chapters
+measured for the "large GPU" rows of ``measurements.json``. Each step
 has a time limit and the whole run a budget (``--budget``); a step that fails or runs out of time is
 reported and the next one runs. Results are written where the repository keeps them
 (``benchmarks/results/cuda.*``, ``transformer_lib/measurements.json``) for a commit, and copied with
@@ -64,6 +66,11 @@ def steps(python: str, chapters: list[str] = CHAPTERS) -> list[Step]:
         Step("tests", "the tests marked cuda (tests/test_cuda.py)",
              [python, "-m", "pytest", "-q", "-o", "addopts=", "-p", "no:cacheprovider", "-m", "cuda",
               "tests/test_cuda.py"], 120),
+        Step("torchrun", "torchrun, one process on the GPU: tl.train with parallel='ddp' and 'fsdp' (NCCL) against "
+             "one process, and resumed from a checkpoint (scripts/torchrun_smoke.py)",
+             [python, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=1", "scripts/torchrun_smoke.py",
+              "--device", "cuda", "--out", "benchmarks/results/torchrun-cuda.json"], 150,
+             results=[ROOT / "benchmarks/results/torchrun-cuda.json"]),
         Step("benchmarks", "python -m benchmarks --device cuda (GPT-2 small MFU, shakespeare_char to 1.47; "
              "eager throughput, generation and convergence at the CPU sizes)",
              [python, "-m", "benchmarks", "--device", "cuda", "--no-compile"], 330,

@@ -1,6 +1,7 @@
 """Screenshot the built book's pages in headless Chromium with no network but the local server.
 
     .venv/bin/python scripts/screenshot_pages.py OUTDIR [PAGE ...]   PAGE like book/02_attention
+    .venv/bin/python scripts/screenshot_pages.py OUTDIR book/12_scaling_out --width 1280 --width 768 --width 390
 
 Default: every page in _toc.yml. Once a page's figures are drawn and MathJax is done:
 OUTDIR/NAME.png is the whole page (at --scale, default 0.5), NAME-top.png its first screen at
@@ -69,6 +70,8 @@ def main() -> int:
     parser.add_argument("pages", nargs="*", help="default: every page of _toc.yml")
     parser.add_argument("--scale", type=float, default=0.5, help="of the whole-page screenshot")
     parser.add_argument("--no-figures", dest="figures", action="store_false", help="no per-figure screenshots")
+    parser.add_argument("--width", type=int, action="append", default=[],
+                        help="window width in px (repeatable; NAME-WIDTH.png; below 500 a phone is emulated)")
     args = parser.parse_args()
     if not (HTML / "index.html").exists():
         sys.exit(f"no built book in {HTML}: run scripts/setup.sh first")
@@ -81,11 +84,15 @@ def main() -> int:
     profile = tempfile.mkdtemp(prefix="tfs-shots-")
     driver = chromium(profile)
     try:
-        for page in pages:
+        for page, width in ((p, w) for p in pages for w in (args.width or [None])):
+            if width:  # a phone: its own layout viewport and touch, as the browser test emulates it
+                driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", {
+                    "width": width, "height": 844 if width < 500 else 1000, "deviceScaleFactor": 1,
+                    "mobile": width < 500})
             driver.get(f"http://127.0.0.1:{server.server_port}/{page}.html")
             WebDriverWait(driver, 60).until(lambda d: d.execute_script(READY))
             driver.execute_async_script(MATHJAX_DONE)
-            name = Path(page).name
+            name = Path(page).name + (f"-{width}" if width else "")
             driver.save_screenshot(str(args.outdir / f"{name}-top.png"))  # title, goals, first math
             full_page(driver, args.outdir / f"{name}.png", args.scale)
             print(args.outdir / f"{name}.png")

@@ -230,7 +230,7 @@ def test_input_width_error():
 
 
 def test_non_float_input_and_context_errors():
-    with pytest.raises(TypeError, match=r"x must be a floating-point tensor"):
+    with pytest.raises(TypeError, match=r"x must hold floating-point numbers \(torch.float32.*x.float\(\)"):
         tl.MultiHeadAttention(32, 4)(torch.zeros(2, 5, 32, dtype=torch.long))
     with pytest.raises(TypeError, match=r"context must be a torch.Tensor"):
         tl.MultiHeadAttention(32, 4, kind="cross")(torch.randn(2, 5, 32), context=[1, 2])

@@ -143,7 +143,7 @@ def test_bert_errors():
         model(torch.zeros(1, 25, dtype=torch.long))
     with pytest.raises(ValueError, match=r"token id 101, outside the vocabulary \[0, 100\]"):
         model(torch.full((1, 3), 101))
-    with pytest.raises(TypeError, match="masked_positions must be a bool tensor"):
+    with pytest.raises(TypeError, match="masked_positions must have dtype torch.bool, got torch.int64"):
         model(ids, masked_positions=torch.zeros(2, 10, dtype=torch.long))
     with pytest.raises(ValueError, match=r"labels must have the shape of input_ids"):
         model.mlm_loss(ids, ids[:, :5])

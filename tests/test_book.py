@@ -68,11 +68,13 @@ def test_setup_cell_installs_this_version_from_the_configured_repository():
 
 
 def test_colab_preinstalled_versions_satisfy_our_floors():
-    """Colab ships plotly 5.24 and ipywidgets 7.7: installing the book must not upgrade them."""
+    """Colab ships plotly 5.24 and ipywidgets 7.7: installing the book must not upgrade them (what pip
+    then does beside them, with every dependency: tests/test_colab_install.py)."""
     pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     reqs = pyproject["dependencies"] + pyproject["optional-dependencies"]["book"]
     reqs += [line for line in (ROOT / "requirements.txt").read_text().splitlines() if line and not line.startswith("#")]
-    colab = {"plotly": "5.24.1", "ipywidgets": "7.7.1", "torch": "2.8.0", "numpy": "2.0.2", "einops": "0.8.1"}
+    colab = {"plotly": "5.24.1", "ipywidgets": "7.7.1", "torch": "2.8.0", "numpy": "2.0.2", "einops": "0.8.1",
+             "protobuf": "5.29.5", "ipykernel": "6.17.1", "transformers": "4.57.1", "tqdm": "4.67.1"}
     for line in reqs:
         req = Requirement(line)
         if req.name in colab:

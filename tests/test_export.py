@@ -127,9 +127,9 @@ def test_export_for_browser_errors(tmp_path):
     model = models()["gpt2"]
     with pytest.raises(ValueError, match="vocab_size=11"):
         tl.export_for_browser(model, list("abc"), "x", [[0]], directory=tmp_path)
-    with pytest.raises(ValueError, match="example must hold 1"):
+    with pytest.raises(ValueError, match=r"example must be a list of 1 id sequence\(s\) \(input_ids\)"):
         tl.export_for_browser(model, list("abcdefghijk"), "x", [[0], [1]], directory=tmp_path)
-    with pytest.raises(ValueError, match=r"ids in \[0, 10\]"):
+    with pytest.raises(ValueError, match=r"special\['mask'\] must be in \[0, 10\], got 11"):
         tl.export_for_browser(model, list("abcdefghijk"), "x", [[0]], special={"mask": 11}, directory=tmp_path)
     with pytest.raises(ValueError, match="plain folder name"):
         tl.export_for_browser(model, list("abcdefghijk"), "../x", [[0]], directory=tmp_path)

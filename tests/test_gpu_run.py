@@ -36,13 +36,16 @@ def gpu_dir(tmp_path):
 def test_dry_run_lists_every_step_and_skips_the_cuda_ones(tmp_path, gpu_dir):
     run = gpu_run(tmp_path, "--dry-run", gpu_dir=gpu_dir)
     assert run.returncode == 0, run.stdout + run.stderr
-    for step, command in (("tests", "-m cuda tests/test_cuda.py"), ("benchmarks", "-m benchmarks --device cuda"),
+    for step, command in (("tests", "-m cuda tests/test_cuda.py"),
+                          ("torchrun", "-m torch.distributed.run --standalone --nproc_per_node=1 "
+                                       "scripts/torchrun_smoke.py --device cuda"),
+                          ("benchmarks", "-m benchmarks --device cuda"),
                           ("chapters", "measure_chapters.py --no-kernel")):
         assert f"[skip] {step}:" in run.stdout and command in run.stdout
-    assert run.stdout.count("skipped: no CUDA device here (dry run)") == 3
+    assert run.stdout.count("skipped: no CUDA device here (dry run)") == 4
     assert "packages: " in run.stdout and "plotly" in run.stdout
     summary = json.loads((tmp_path / "out" / "gpu_run_summary.json").read_text())
-    assert [s["step"] for s in summary] == ["tests", "benchmarks", "chapters"]
+    assert [s["step"] for s in summary] == ["tests", "torchrun", "benchmarks", "chapters"]
     assert {s["status"] for s in summary} == {"skipped"}
 
 
@@ -63,7 +66,32 @@ def test_missing_data_is_named_with_the_fix(tmp_path):
 def test_an_unknown_step_is_refused_with_the_list(tmp_path):
     run = gpu_run(tmp_path, "--dry-run", "--only", "bench")
     assert run.returncode == 2
-    assert "no step 'bench'; the steps are tests, benchmarks, chapters" in run.stderr
+    assert "no step 'bench'; the steps are tests, torchrun, benchmarks, chapters" in run.stderr
+
+
+def test_the_torchrun_smoke_passes_on_two_cpu_processes(tmp_path):
+    """The gpu_run step's script, as it runs there but on 2 CPU processes with gloo (no GPU here)."""
+    out = tmp_path / "torchrun-cpu.json"
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    run = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                          "scripts/torchrun_smoke.py", "--device", "cpu", "--out", str(out)], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=240)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    assert "torchrun smoke: passed" in run.stdout
+    results = json.loads(out.read_text())
+    assert results["world_size"] == 2 and results["failures"] == []
+    for kind in ("ddp", "fsdp"):
+        entry = results["runs"][kind]
+        assert entry["val_loss_last"] < entry["val_loss_first"] - 0.1  # it trained
+        assert entry["resumed_vs_uninterrupted"] == 0  # bit for bit on a CPU
+    assert results["ddp_vs_fsdp"] < results["tolerance"]
+
+
+def test_the_torchrun_smoke_refuses_to_run_without_torchrun():
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "MASTER_ADDR")}
+    run = subprocess.run([sys.executable, "scripts/torchrun_smoke.py", "--device", "cpu"], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 2 and "run me under torchrun" in run.stdout
 
 
 def notebook(path: Path, *cells: str, skip: int | None = None) -> Path:

@@ -8,6 +8,9 @@ every other host unreachable, and for each page's ``<div class="tfs-live">``:
   (``transformer_lib.export.load_pretrained`` on the published folder): probabilities and every
   layer's and head's attention within 1e-4; for the encoder-decoder also the greedy output;
 * seeded sampling gives the same text twice; a reloaded page opens and runs again, alike;
+* off the happy path: a text longer than the context is cut with a note that says how many characters
+  were read; an error replaces the result of the text before it; the timing line reports a forward
+  pass, not the runtime's start-up; a new prompt clears the samples of the old one;
 * the console stays clean.
 
 The runtime's size and the latencies go to ``_build/live_models_report.json`` (printed with -s);
@@ -118,6 +121,19 @@ def _call(model: str, method: str) -> str:
     """Async script: the panel's test hook ``method(arguments[0])``; its result, or {error}."""
     return (f"{_panel_js(model)}.tfsLive.{method}(arguments[0])"
             ".then(arguments[1], (e) => arguments[1]({error: String(e)}));")
+
+
+def _message(driver, model: str) -> str:
+    return driver.execute_script(f"return {_panel_js(model)}.querySelector('.tfs-live-message').innerText;")
+
+
+def _shown_result(driver, model: str) -> dict:
+    """What of a result the panel shows: drawn plots, filled-in text, samples."""
+    return driver.execute_script(f"""const el = {_panel_js(model)};
+        const text = (sel) => [...el.querySelectorAll(sel)].map((n) => n.textContent).join('');
+        return {{plots: el.querySelectorAll('.tfs-live-plot .main-svg').length,
+                 text: text('.tfs-live-filled, .tfs-live-fills'), samples: text('.tfs-live-generated'),
+                 last: el.tfsLive.last, generated: el.tfsLive.generated}};""")
 
 
 def _lazy_requests(driver) -> list[str]:
@@ -318,6 +334,14 @@ def test_live_panel(browser, site, panel):
     # open, type, compare with PyTorch
     result["open_ms"] = _open(driver, model)
     assert _lazy_requests(driver), "the panel opened without fetching its files?"
+    # the first timing is a forward pass, not the runtime's start-up (which took about a second)
+    opened = driver.execute_script(f"return {_panel_js(model)}.tfsLive.last;")
+    assert opened, f"the panel's first run, on its prompt, failed: {_message(driver, model)}"
+    again = [driver.execute_async_script(_call(model, "run"), opened["text"])["forward_ms"] for _ in range(3)]
+    later = sorted(again)[1]
+    result["first_forward_ms"], result["later_forward_ms"] = opened["forward_ms"], later
+    assert opened["forward_ms"] <= 4 * later + 50, \
+        f"the first run reports {opened['forward_ms']:.0f} ms, later ones {later:.1f} ms: start-up, not a pass"
     last = _type(driver, model, text)
     result["typing_to_result_ms"] = last["input_to_result_ms"]
     result["forward_ms"] = last["forward_ms"]
@@ -356,17 +380,48 @@ def test_live_panel(browser, site, panel):
         expected = tl.generate(lm, prompt, 20, do_sample=False)[0, prompt.shape[1]:].tolist()
         assert greedy["ids"] == expected, f"greedy in the browser {greedy['ids']}, in PyTorch {expected}"
 
-        # a text longer than the context: the model reads its last n_ctx characters
+        # a text longer than the context: the model reads its last n_ctx characters, and says so
         long = (text + " ") * (info["n_ctx"] // len(text) + 2)
         got = driver.execute_async_script(_call(model, "run"), long)
         assert got.get("input_ids") == _encode(info, long)[-info["n_ctx"]:], "a long text is not cut to its last n_ctx"
+        note = f"it read the last {info['n_ctx']} of the {len(long)} you typed"
+        assert note in _message(driver, model), _message(driver, model)
 
-    # a character the model has no token for: said, and not run
+        # a new prompt clears the samples of the old one (they belonged to another text)
+        assert driver.execute_async_script(generate, settings | {"prompt": text})["text"] == a["text"]
+        assert _shown_result(driver, model)["samples"].endswith(a["text"])
+        shown = _type(driver, model, text[: len(text) // 2])
+        assert shown["text"] == text[: len(text) // 2]
+        seen = _shown_result(driver, model)
+        assert seen["samples"] == "" and seen["generated"] is None, "the old prompt's samples stayed"
+        bad = driver.execute_async_script(generate, settings | {"prompt": "to €"})
+        assert "error" in bad and _shown_result(driver, model)["samples"] == ""
+    elif panel["kind"] == "masked-lm":
+        long = (text + " ") * (info["n_ctx"] // len(text) + 2)
+        got = driver.execute_async_script(_call(model, "run"), long)
+        assert got.get("input_ids") == _encode(info, long, info["special"]["mask"])[: info["n_ctx"]]
+        note = f"it read the first {info['n_ctx']} of the {len(long)} you typed"
+        assert note in _message(driver, model), _message(driver, model)
+    else:  # seq2seq: more digits than the context holds are refused, saying how many were typed
+        long = "1234567890" * (info["n_ctx"] // 10 + 1)
+        driver.execute_async_script(_call(model, "run"), text)
+        got = driver.execute_async_script(_call(model, "run"), long)
+        assert "error" in got and f"Type 1 to {info['n_ctx'] - 1} digits: you typed {len(long)}." in \
+            _message(driver, model), _message(driver, model)
+        seen = _shown_result(driver, model)
+        assert seen["plots"] == 0 and seen["text"] == "" and seen["last"] is None, f"a stale result stayed: {seen}"
+
+    # a character the model has no token for: said, and not run; the error replaces the earlier result
+    driver.execute_async_script(_call(model, "run"), text)
+    before = _shown_result(driver, model)
+    assert before["plots"] >= 1 and before["last"], "no result shown for the typed text"
     runs = driver.execute_script(f"return {_panel_js(model)}.dataset.runs;")
     got = driver.execute_async_script(_call(model, "run"), "12€" if panel["kind"] == "seq2seq" else "to €")
-    message = driver.execute_script(f"return {_panel_js(model)}.querySelector('.tfs-live-message').innerText;")
+    message = _message(driver, model)
     assert "error" in got and "€" in message, (got, message)
     assert driver.execute_script(f"return {_panel_js(model)}.dataset.runs;") == runs
+    seen = _shown_result(driver, model)
+    assert seen["plots"] == 0 and seen["text"] == "" and seen["last"] is None, f"a stale result stayed: {seen}"
     driver.execute_async_script(_call(model, "run"), text)  # back to the typed text, for the screenshots
 
     for width in (1280, 768, 390):

@@ -68,7 +68,7 @@ def test_norms_keep_float32_statistics_in_low_precision(dtype):
 
 
 def test_norm_errors():
-    with pytest.raises(ValueError, match=r"expected input with last dimension d_model=16, got shape \(2, 8\)"):
+    with pytest.raises(ValueError, match=r"x must have last dimension d_model=16, got shape \(2, 8\)"):
         tl.LayerNorm(16)(torch.randn(2, 8))
     with pytest.raises(ValueError, match=r"eps must be a number > 0, got 0"):
         tl.RMSNorm(16, eps=0)

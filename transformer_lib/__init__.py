@@ -19,6 +19,7 @@ chapter                                     module
 7-10 (the trained model in the browser)    ``export`` (safetensors, ONNX), ``viz.live``
 11 Making it fast                           ``speed`` (``fast_path``, FLOPs, MFU, profiles), ``training.TrainStep``,
                                             ``layers.fused_attention``
+12 Scaling out                              ``distributed`` (DDP, FSDP under torchrun), ``checkpoints`` (resuming)
 ==========================================  =======================================================
 """
 
@@ -56,19 +57,20 @@ from .params import count_parameters
 from .training import (Callback, TrainConfig, TrainState, TrainStep, auto_device, inverse_sqrt_lr, load_checkpoint, lr_at,
                        save_checkpoint, train, transformer_peak_lr)
 from . import speed
+from . import checkpoints, distributed
 from .speed import fast_path, set_cpu_threads
 from .export import export_for_browser, load_pretrained, save_pretrained
 from .losses import IGNORE_INDEX, causal_lm_loss, masked_lm_loss
 from .models import hub_reachable, BERT, GPT2, BERTConfig, EncoderDecoder, EncoderDecoderConfig, GPT2Config, bert_from_hf, gpt2_from_hf
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"
 
 __all__ = [
     "BERT", "BERTConfig", "BatchSampler", "Callback", "CharTokenizer", "MLMCollator", "TrainConfig", "TrainState", "TrainStep", "DecoderBlock", "EncoderDecoder", "EncoderDecoderConfig", "FeedForward",
     "GPT2", "GPT2Config", "GatedFeedForward", "IGNORE_INDEX", "KVCache", "LayerNorm",
     "LearnedPositionalEmbedding", "MultiHeadAttention", "PositionScheme", "RMSNorm", "RotaryEmbedding",
     "ScaledSinusoidalPositionalEncoding", "SinusoidalPositionalEncoding", "TokenEmbedding", "TransformerBlock", "TransformerConfig",
-    "auto_device", "bert_from_hf", "get_batch", "load_checkpoint", "lr_at", "inverse_sqrt_lr", "transformer_peak_lr", "save_checkpoint", "train", "train_val_split", "capture_attention", "causal_lm_loss", "fast_path", "set_cpu_threads", "speed", "causal_mask", "combine_masks", "count_parameters",
+    "auto_device", "bert_from_hf", "get_batch", "load_checkpoint", "lr_at", "inverse_sqrt_lr", "transformer_peak_lr", "save_checkpoint", "train", "train_val_split", "capture_attention", "causal_lm_loss", "fast_path", "set_cpu_threads", "speed", "checkpoints", "distributed", "causal_mask", "combine_masks", "count_parameters",
     "beam_search", "gated_hidden_size", "generate", "gpt2_from_hf", "gpt2_tokenizer", "hub_reachable", "init_weights_", "load_tiny_shakespeare", "make_ffn", "make_norm", "masked_lm_loss",
     "next_token_probs", "padding_mask", "sample_next_token", "scaled_dot_product_attention",
     "sinusoidal_encoding",

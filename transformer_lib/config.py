@@ -7,13 +7,38 @@ with their own defaults. Any of them can swap the parts taught in part I: ``norm
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 
 from ._checks import check_bool, check_choice, check_divisible, check_int, check_positive, check_prob
 from .layers.block import NORM_POSITIONS
 from .layers.feedforward import FFN_KINDS
 from .layers.normalization import NORMS
 from .layers.position_registry import POSITIONALS
+
+
+# Hugging Face's and nanoGPT's names for the settings -> ours (a config given theirs says so)
+FOREIGN_NAMES = {
+    "n_embd": "d_model", "hidden_size": "d_model", "n_layer": "n_layers", "num_hidden_layers": "n_layers",
+    "n_head": "n_heads", "num_attention_heads": "n_heads", "n_positions": "n_ctx", "block_size": "n_ctx",
+    "max_position_embeddings": "n_ctx", "n_inner": "d_ff", "intermediate_size": "d_ff",
+    "layer_norm_epsilon": "norm_eps", "layer_norm_eps": "norm_eps", "rms_norm_eps": "norm_eps",
+    "activation_function": "ffn", "hidden_act": "ffn", "tie_word_embeddings": "tie_weights",
+    "initializer_range": "init_std", "rope_theta": "rope_base", "resid_pdrop": "dropout",
+    "hidden_dropout_prob": "dropout", "num_decoder_layers": "n_decoder_layers",
+}
+
+
+def unknown_settings(cls: type, names) -> str | None:
+    """The message for settings that ``cls`` (a config dataclass) does not have, or None."""
+    known = {f.name for f in fields(cls)}
+    unknown = [n for n in names if n not in known]
+    if not unknown:
+        return None
+    ours = [f"{n} -> {FOREIGN_NAMES[n]}" for n in unknown if FOREIGN_NAMES.get(n) in known]
+    hint = (f"; Hugging Face's and nanoGPT's names are spelled differently here: {', '.join(ours)}" if ours
+            else "")
+    return (f"{cls.__name__} has no setting {', '.join(map(repr, unknown))}{hint}. "
+            f"Its settings: {', '.join(sorted(known))}")
 
 
 @dataclass
@@ -36,6 +61,13 @@ class TransformerConfig:
     tie_weights: bool = True  # output head shares the token embedding's tensor
     init_std: float = 0.02
     use_sdpa: bool = False  # fused F.scaled_dot_product_attention instead of the explicit path
+
+    def __new__(cls, *args, **kwargs):
+        # before the dataclass's __init__, whose error would not say what the setting is called here
+        message = unknown_settings(cls, kwargs)
+        if message:
+            raise TypeError(message)
+        return super().__new__(cls)
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "n_ctx", "d_model", "n_layers", "n_heads", "ffn_multiple_of"):
@@ -83,3 +115,28 @@ class TransformerConfig:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+def check_config(config, expected: type, model: str, converter: str | None = None) -> None:
+    """``config`` must be an ``expected`` (``tl.GPT2`` also takes a plain :class:`TransformerConfig`).
+
+    Another model's config carries that model's defaults (``BERTConfig`` is post-norm with a
+    token-type table), so accepting it would build a model other than the one named.
+    """
+    if isinstance(config, expected) or (model == "GPT2" and type(config) is TransformerConfig):
+        return
+    got = type(config).__name__
+    if type(config).__module__.split(".")[0] == "transformers":
+        convert = (f"Convert a Hugging Face model with tl.{converter}(hf_model), or write" if converter
+                   else "Write")
+        hint = (f": that is a Hugging Face config. {convert} tl.{expected.__name__}(...) with this library's "
+                "names (d_model, n_layers, n_heads, n_ctx)")
+    elif isinstance(config, TransformerConfig):
+        hint = (f": a {got} carries another model's defaults (norm_position={config.norm_position!r}, "
+                f"ffn={config.ffn!r}, ...), so tl.{model} would not be the model its name says. Build "
+                f"tl.{expected.__name__}(...) with the settings you want")
+    elif isinstance(config, dict):
+        hint = f": build one from the dict with tl.{expected.__name__}(**settings)"
+    else:
+        hint = ""
+    raise TypeError(f"config must be a {expected.__name__}, got {got}{hint}")

@@ -13,6 +13,7 @@ export their models the same way. ``export_for_browser`` writes one folder per m
 from __future__ import annotations
 
 import copy
+import importlib.util
 import json
 import logging
 import os
@@ -25,6 +26,8 @@ from typing import Sequence
 import torch
 from torch import Tensor, nn
 
+from ._checks import check_device, check_finite_weights, check_int, check_positive
+from .config import unknown_settings
 from .layers.attention import capture_attention
 from .models import BERT, GPT2, BERTConfig, EncoderDecoder, EncoderDecoderConfig, GPT2Config
 
@@ -36,6 +39,9 @@ MODELS = {
                        ("encoder_attention", "decoder_attention", "cross_attention")),
 }
 EXPORT_DIR_VARIABLE = "TFS_BROWSER_MODELS"  # where export_for_browser writes (the book's build sets it)
+# what the ONNX export needs: only the book's site does (its live panels), so a learner's install
+# (transformer_lib[book], Colab's set-up cell) leaves them out, and export_for_browser skips the ONNX file
+ONNX_PACKAGES = ("onnx", "onnxscript", "onnxruntime")
 
 
 def _model_name(model: nn.Module) -> str:
@@ -51,6 +57,9 @@ def save_pretrained(model: nn.Module, directory: str | os.PathLike) -> Path:
 
     name = _model_name(model)
     directory = Path(directory)
+    if directory.exists() and not directory.is_dir():
+        raise ValueError(f"directory must be a folder (it gets model.safetensors and config.json), "
+                         f"got the file {directory}")
     directory.mkdir(parents=True, exist_ok=True)
     # save_model (not save_file) stores a tied head once and restores the tie on loading
     safetensors.torch.save_model(model, str(directory / "model.safetensors"))
@@ -60,21 +69,87 @@ def save_pretrained(model: nn.Module, directory: str | os.PathLike) -> Path:
 
 
 def load_pretrained(directory: str | os.PathLike, device: str | torch.device = "cpu") -> nn.Module:
-    """The model that :func:`save_pretrained` (or a page's download links) saved, in eval mode."""
+    """The model that :func:`save_pretrained` (or a page's download links) saved, in eval mode.
+
+    A file that is not what it should be (damaged, a web page, another library's) is refused with
+    an error that names it and says what it is.
+    """
     import safetensors.torch
 
+    if not isinstance(directory, (str, os.PathLike)):
+        raise TypeError(f"directory must be a folder's path, got {type(directory).__name__}")
+    device = check_device(device) or torch.device("cpu")
     directory = Path(directory)
+    if directory.is_file():
+        raise ValueError(f"directory must be the folder that holds config.json and model.safetensors, "
+                         f"got the file {directory}: pass its folder, {directory.parent}")
     for file in ("config.json", "model.safetensors"):
         if not (directory / file).is_file():
+            hub = (f" (for a model of the Hugging Face Hub, such as {str(directory)!r}: "
+                   "tl.GPT2.from_pretrained or tl.BERT.from_pretrained)" if not directory.exists() else "")
             raise FileNotFoundError(f"{directory / file} is missing: directory must hold "
-                                    "config.json and model.safetensors (from save_pretrained)")
-    meta = json.loads((directory / "config.json").read_text(encoding="utf-8"))
-    if meta.get("model") not in MODELS:
-        raise ValueError(f"config.json names model {meta.get('model')!r}; expected one of {', '.join(MODELS)}")
-    cls, config_cls, *_ = MODELS[meta["model"]]
-    model = cls(config_cls(**meta["config"]))
-    safetensors.torch.load_model(model, str(directory / "model.safetensors"), strict=True, device=str(device))
+                                    f"config.json and model.safetensors (from save_pretrained){hub}")
+    config_path, weights = directory / "config.json", directory / "model.safetensors"
+    model = _model_from_config(config_path)
+    try:
+        safetensors.torch.load_model(model, str(weights), strict=True, device=str(device))
+    except Exception as e:  # safetensors' own error for a bad file; RuntimeError for weights that don't fit
+        raise ValueError(_weights_problem(weights, config_path, e)) from e
     return model.eval()
+
+
+def _model_from_config(path: Path) -> nn.Module:
+    """The untrained model that ``path`` describes, a ``config.json`` from :func:`save_pretrained`."""
+    raw = path.read_bytes()
+    try:
+        meta = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        start = raw[:40].decode("utf-8", errors="replace")
+        page = (": a web page (HTML) was saved instead of the file; download the file itself (the page's "
+                "download link, or GitHub's Raw button)" if start.lstrip().startswith("<") else "")
+        raise ValueError(f"{path} is not JSON ({e}); it starts with {start!r}{page}") from None
+    if not isinstance(meta, dict) or "model" not in meta or "config" not in meta:
+        keys = list(meta)[:6] if isinstance(meta, dict) else type(meta).__name__
+        hf = isinstance(meta, dict) and "model_type" in meta
+        foreign = (f" It is a Hugging Face config (model_type {meta.get('model_type')!r}): load that "
+                   "checkpoint with transformers and convert it, "
+                   "tl.gpt2_from_hf(GPT2LMHeadModel.from_pretrained(folder)) or tl.bert_from_hf(...)"
+                   if hf else "")
+        raise ValueError(f"{path} is not a transformer_lib config: save_pretrained writes "
+                         f"{{\"model\": ..., \"config\": {{...}}}}, this file has {keys}.{foreign}")
+    if meta["model"] not in MODELS:
+        raise ValueError(f"{path} names model {meta['model']!r}; expected one of {', '.join(MODELS)}")
+    cls, config_cls, *_ = MODELS[meta["model"]]
+    settings = meta["config"]
+    if not isinstance(settings, dict):
+        raise ValueError(f"{path}: \"config\" must be a JSON object of settings, "
+                         f"got {type(settings).__name__}")
+    unknown = unknown_settings(config_cls, settings)
+    if unknown:
+        raise ValueError(f"{path}: {unknown} (was it written by another version of transformer_lib?)")
+    try:
+        return cls(config_cls(**settings))
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"{path} holds an invalid {config_cls.__name__}: {e}") from None
+
+
+def _weights_problem(weights: Path, config_path: Path, error: Exception) -> str:
+    """Why ``weights`` could not be loaded, from its first bytes and the loader's error."""
+    with open(weights, "rb") as f:
+        head = f.read(8)
+    if head.startswith(b"PK\x03\x04") or head[:1] == b"\x80":
+        return (f"{weights} is a PyTorch pickle (torch.save), not a safetensors file. Load it with "
+                "model.load_state_dict(torch.load(path, weights_only=True)); "
+                "tl.save_pretrained(model, folder) writes the folder that load_pretrained reads")
+    if head.lstrip()[:1] == b"<":
+        return f"{weights} is a web page (HTML), not the weights: download the file itself"
+    if isinstance(error, RuntimeError):  # the tensors' names or shapes differ from the config's model
+        problems = [line.strip().rstrip(".") for line in str(error).splitlines()[1:] if line.strip()]
+        more = f", and {len(problems) - 1} more" if len(problems) > 1 else ""
+        return (f"{weights} does not hold the weights of the model that {config_path} describes "
+                f"({problems[0] if problems else error}{more}): the two files come from different models")
+    return (f"{weights} could not be read ({error}): it is damaged or incomplete (a download cut short?). "
+            "Download it again, or save the model again with tl.save_pretrained")
 
 
 class WithAttention(nn.Module):
@@ -141,10 +216,14 @@ class BrowserExport:
     onnx_bytes: int
     safetensors_bytes: int
     parameters: int
-    max_abs_diff: float  # ONNX Runtime's outputs against PyTorch's, on ``example``
+    max_abs_diff: float | None  # ONNX Runtime's outputs against PyTorch's, on ``example`` (None: skipped)
     export_seconds: float
+    skipped: str = ""  # why there is no ONNX file (the ONNX packages are not installed), else ""
 
     def __repr__(self) -> str:
+        if self.skipped:
+            return (f"BrowserExport({self.name!r}, {self.kind}, model.safetensors "
+                    f"{self.safetensors_bytes / 1e6:.2f} MB in {self.directory}; {self.skipped})")
         return (f"BrowserExport({self.name!r}, {self.kind}, ONNX {self.onnx_bytes / 1e6:.2f} MB, "
                 f"max |ONNX Runtime - PyTorch| = {self.max_abs_diff:.1e})")
 
@@ -183,26 +262,30 @@ def export_for_browser(
         directory: the parent folder; default ``$TFS_BROWSER_MODELS``, else ``browser_models``.
         tolerance: the largest difference between ONNX Runtime and PyTorch accepted; beyond it,
             a ``RuntimeError`` (and no ``browser.json``, so no page publishes the file).
+
+    Without the ONNX packages (``ONNX_PACKAGES``: a learner's install, as in Colab, has no need of
+    them) only ``model.safetensors`` and ``config.json`` are written, and the result's ``skipped``
+    says so. A model whose weights are not finite (a diverged run) is refused.
     """
     model_name = _model_name(model)
     _, _, kind, inputs, attention = MODELS[model_name]
     config = model.config
-    if len(tokens) != config.vocab_size:
-        raise ValueError(f"tokens must give a string for each of the vocab_size={config.vocab_size} ids, "
-                         f"got {len(tokens)}")
-    if len(example) != len(inputs):
-        raise ValueError(f"example must hold {len(inputs)} id sequence(s) ({', '.join(inputs)}), got {len(example)}")
-    special = dict(special or {})
-    for role, i in special.items():
-        if role not in ("mask", "bos", "eos", "pad") or not 0 <= i < config.vocab_size:
-            raise ValueError(f"special must map mask/bos/eos/pad to ids in [0, {config.vocab_size - 1}], "
-                             f"got {role!r}: {i!r}")
-    if not name or "/" in name or name.startswith("."):
-        raise ValueError(f"name must be a plain folder name such as 'ch07-gpt', got {name!r}")
+    special = _check_export(model, tokens, name, example, special, inputs, tolerance)
+    check_finite_weights(model, "export the model")
     parent = Path(directory or os.environ.get(EXPORT_DIR_VARIABLE) or "browser_models")
     folder = parent / name
     start = time.perf_counter()
     save_pretrained(model, folder)
+    (folder / "model.onnx").unlink(missing_ok=True)  # an older export's file is not this model
+    (folder / "browser.json").unlink(missing_ok=True)
+    missing = [m for m in ONNX_PACKAGES if importlib.util.find_spec(m) is None]
+    n_params = sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
+    if missing:
+        skipped = (f"ONNX export skipped: {', '.join(missing)} not installed. Only the book's web page "
+                   f"needs the ONNX file (its live panel); here the model is live in the notebook. "
+                   f"pip install {' '.join(ONNX_PACKAGES)} to export it")
+        return BrowserExport(name, folder, kind, 0, (folder / "model.safetensors").stat().st_size,
+                             n_params, None, time.perf_counter() - start, skipped)
     onnx_path = export_onnx(model, folder / "model.onnx")
     seconds = time.perf_counter() - start
     ids = [torch.tensor([list(seq)], dtype=torch.long) for seq in example]
@@ -210,7 +293,6 @@ def export_for_browser(
     if not diff <= tolerance:
         raise RuntimeError(f"ONNX Runtime's outputs differ from PyTorch's by {diff:.2e} on example, more than "
                            f"tolerance={tolerance}: {onnx_path} does not compute the model")
-    n_params = sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
     info = {
         "name": name, "kind": kind, "model": model_name, "tokens": list(tokens), "special": special,
         "vocab_size": config.vocab_size, "n_ctx": config.n_ctx, "n_heads": config.n_heads,
@@ -223,3 +305,36 @@ def export_for_browser(
     (folder / "browser.json").write_text(json.dumps(info, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
     return BrowserExport(name, folder, kind, info["files"]["model.onnx"], info["files"]["model.safetensors"],
                          n_params, diff, seconds)
+
+
+def _check_export(model, tokens, name, example, special, inputs, tolerance) -> dict:
+    """:func:`export_for_browser`'s arguments; returns ``special`` as a dict."""
+    config = model.config
+    if isinstance(tokens, str) or not isinstance(tokens, Sequence) \
+            or not all(isinstance(t, str) for t in tokens):
+        raise TypeError("tokens must be a list of strings, the text of each token id (tok.chars for a "
+                        f"character tokenizer), got {type(tokens).__name__}")
+    if len(tokens) != config.vocab_size:
+        raise ValueError(f"tokens must give a string for each of the vocab_size={config.vocab_size} ids, "
+                         f"got {len(tokens)}")
+    if not isinstance(name, str) or not name or "/" in name or "\\" in name or name.startswith("."):
+        raise ValueError(f"name must be a plain folder name such as 'ch07-gpt', got {name!r}")
+    if isinstance(example, (str, Tensor)) or not isinstance(example, Sequence) or len(example) != len(inputs):
+        got = len(example) if isinstance(example, Sequence) else type(example).__name__
+        raise ValueError(f"example must be a list of {len(inputs)} id sequence(s) ({', '.join(inputs)}), "
+                         f"e.g. [tok.encode(text)], got {got}")
+    for k, seq in enumerate(example):
+        seq = seq.tolist() if isinstance(seq, Tensor) else seq
+        if isinstance(seq, (str, bytes)) or not isinstance(seq, Sequence) \
+                or not 1 <= len(seq) <= config.n_ctx:
+            raise ValueError(f"example[{k}] must be a list of 1 to n_ctx={config.n_ctx} token ids, "
+                             f"got {seq!r:.60}")
+        for i in seq:
+            check_int(f"example[{k}]'s ids", i, low=0, high=config.vocab_size - 1)
+    special = dict(special or {})
+    for role, i in special.items():
+        if role not in ("mask", "bos", "eos", "pad"):
+            raise ValueError(f"special's roles are mask, bos, eos and pad, got {role!r}")
+        check_int(f"special[{role!r}]", i, low=0, high=config.vocab_size - 1)
+    check_positive("tolerance", tolerance)
+    return special

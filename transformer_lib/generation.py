@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ._checks import check_int, check_token_ids, is_real
+from ._checks import check_bool, check_finite_logits, check_int, check_token_ids, is_real
 
 
 def _check_sampling(temperature: float, top_k: int | None, top_p: float | None) -> None:
@@ -36,6 +36,9 @@ def _check_logits(logits: Tensor) -> None:
     if not isinstance(logits, Tensor) or logits.dim() != 2:
         shape = tuple(logits.shape) if isinstance(logits, Tensor) else type(logits).__name__
         raise ValueError(f"logits must have shape (batch, vocab), got {shape}; take logits[:, -1] of the model output")
+    if not logits.is_floating_point():
+        raise TypeError(f"logits must be floating-point scores, got dtype {logits.dtype}")
+    check_finite_logits(logits)  # NaN would make argmax pick token 0, and sampling fail
 
 
 def next_token_probs(
@@ -73,6 +76,14 @@ def sample_next_token(
 ) -> Tensor:
     """``(batch, vocab)`` logits -> ``(batch, 1)`` next token ids (argmax when ``do_sample=False``)."""
     _check_logits(logits)
+    check_bool("do_sample", do_sample)
+    if do_sample:
+        _check_sampling(temperature, top_k, top_p)
+    return _next_token(logits, temperature, top_k, top_p, do_sample, generator)
+
+
+def _next_token(logits: Tensor, temperature, top_k, top_p, do_sample: bool, generator) -> Tensor:
+    """:func:`sample_next_token` once its arguments are checked."""
     if not do_sample:
         return logits.argmax(dim=-1, keepdim=True)
     probs = next_token_probs(logits, temperature, top_k, top_p)
@@ -107,32 +118,26 @@ def generate(
     positions shift every step, so the cache is rebuilt from the cropped window each step.
     Sampling is reproducible with a seeded ``generator``.
 
+    ``eos_token_id``: a row that emits it has ended; later tokens of that row are ``pad_token_id``
+    (else ``eos_token_id``), and generation stops once every row has ended (as Hugging Face's).
+
     ``num_beams > 1``: beam search (:func:`beam_search`, chapter 9) instead of sampling, with
     ``length_penalty``, ``eos_token_id``, ``pad_token_id`` and ``early_stopping`` as in Hugging
     Face's ``generate``; the text must fit in the context (``seq + max_new_tokens <= n_ctx``).
     """
-    _check_decoder_only(model)
-    check_int("max_new_tokens", max_new_tokens, low=0)
-    check_int("num_beams", num_beams, low=1)
+    _check_generate(model, input_ids, max_new_tokens, num_beams, do_sample, use_cache, temperature, top_k,
+                    top_p, length_penalty, eos_token_id, pad_token_id, early_stopping, generator)
     n_ctx = model.config.n_ctx
-    check_token_ids("input_ids", input_ids, model.config.vocab_size)
-    if num_beams > 1:
-        if do_sample:
-            raise ValueError("beam search is deterministic: pass do_sample=False with num_beams > 1")
-        if input_ids.shape[1] + max_new_tokens > n_ctx:
-            raise ValueError(f"beam search needs the whole text in the context: input_ids has "
-                             f"{input_ids.shape[1]} tokens + max_new_tokens={max_new_tokens} > n_ctx={n_ctx}")
-    else:
-        _check_sampling(temperature, top_k, top_p)
     was_training = model.training
     model.eval()
     try:
         if num_beams > 1:
-            return beam_search(lambda ids: model(ids)[:, -1], input_ids, max_new_tokens, num_beams,
-                               vocab_size=model.config.vocab_size, length_penalty=length_penalty,
+            return beam_search(lambda ids: _finite(model(ids)[:, -1], model), input_ids, max_new_tokens,
+                               num_beams, vocab_size=model.config.vocab_size, length_penalty=length_penalty,
                                eos_token_id=eos_token_id, pad_token_id=pad_token_id,
                                early_stopping=early_stopping)
         cache = None
+        ended = None if eos_token_id is None else torch.zeros_like(input_ids[:, :1], dtype=torch.bool)
         for _ in range(max_new_tokens):
             if use_cache and cache is not None and len(cache) < n_ctx:
                 logits = model(input_ids[:, -1:], kv_cache=cache)  # only the newest token
@@ -140,14 +145,54 @@ def generate(
                 window = input_ids[:, -n_ctx:]
                 cache = model.new_kv_cache() if use_cache else None
                 logits = model(window, kv_cache=cache)
-            nxt = sample_next_token(
-                logits[:, -1], temperature=temperature, top_k=top_k, top_p=top_p,
-                do_sample=do_sample, generator=generator,
-            )
+            check_finite_logits(logits[:, -1], model)  # NaN weights (a diverged run) say so
+            nxt = _next_token(logits[:, -1], temperature, top_k, top_p, do_sample, generator)
+            if ended is not None:  # an ended row is padded; all ended: stop
+                nxt = torch.where(ended, eos_token_id if pad_token_id is None else pad_token_id, nxt)
+                ended |= nxt == eos_token_id
             input_ids = torch.cat([input_ids, nxt], dim=1)
+            if ended is not None and bool(ended.all()):
+                break
     finally:
         model.train(was_training)
     return input_ids
+
+
+def _finite(logits: Tensor, model: nn.Module) -> Tensor:
+    check_finite_logits(logits, model)  # NaN weights (a diverged run) say so
+    return logits
+
+
+def _check_generate(model, input_ids, max_new_tokens, num_beams, do_sample, use_cache, temperature, top_k,
+                    top_p, length_penalty, eos_token_id, pad_token_id, early_stopping, generator) -> None:
+    """:func:`generate`'s arguments, checked before the model runs."""
+    _check_decoder_only(model)
+    check_int("max_new_tokens", max_new_tokens, low=0)
+    check_int("num_beams", num_beams, low=1)
+    for name, value in (("do_sample", do_sample), ("use_cache", use_cache),
+                        ("early_stopping", early_stopping)):
+        check_bool(name, value)
+    vocab_size, n_ctx = model.config.vocab_size, model.config.n_ctx
+    for name, value in (("eos_token_id", eos_token_id), ("pad_token_id", pad_token_id)):
+        if value is not None:
+            check_int(name, value, low=0, high=vocab_size - 1)
+    if generator is not None and not isinstance(generator, torch.Generator):
+        raise TypeError(f"generator must be a torch.Generator, got {type(generator).__name__}: "
+                        "torch.Generator(device).manual_seed(0)")
+    check_token_ids("input_ids", input_ids, vocab_size)
+    if num_beams > 1:
+        if do_sample:
+            raise ValueError("beam search is deterministic: pass do_sample=False with num_beams > 1")
+        if input_ids.shape[1] + max_new_tokens > n_ctx:
+            raise ValueError(f"beam search needs the whole text in the context: input_ids has "
+                             f"{input_ids.shape[1]} tokens + max_new_tokens={max_new_tokens} > n_ctx={n_ctx}")
+        if not is_real(length_penalty):
+            raise TypeError(f"length_penalty must be a number, got {length_penalty!r}")
+    elif do_sample:
+        _check_sampling(temperature, top_k, top_p)
+        if generator is not None and generator.device.type != input_ids.device.type:
+            raise ValueError(f"generator is on {generator.device} but input_ids on {input_ids.device}: "
+                             f"make it with torch.Generator({input_ids.device.type!r}).manual_seed(...)")
 
 
 def _check_decoder_only(model: nn.Module) -> None:
@@ -189,13 +234,8 @@ def beam_search(
     soon as ``num_beams`` have ended). Step for step what Hugging Face's ``generate(num_beams=...)``
     does (transformers 4.5x), so it returns the same tokens (tested).
     """
-    check_int("num_beams", num_beams, low=1)
-    check_int("max_new_tokens", max_new_tokens, low=0)
-    if not is_real(length_penalty):
-        raise ValueError(f"length_penalty must be a number, got {length_penalty!r}")
-    for name, value in (("eos_token_id", eos_token_id), ("pad_token_id", pad_token_id)):
-        if value is not None:
-            check_int(name, value, low=0, high=vocab_size - 1)
+    _check_beam_search(next_logits, input_ids, max_new_tokens, num_beams, vocab_size, length_penalty,
+                       eos_token_id, pad_token_id)
     batch, prompt_len = input_ids.shape
     if max_new_tokens == 0:
         return input_ids
@@ -220,7 +260,10 @@ def beam_search(
 
     for cur_len in range(prompt_len, max_len):
         ids = running[:, :, :cur_len].reshape(batch * num_beams, cur_len)
-        log_probs = F.log_softmax(next_logits(ids).float(), dim=-1)[:, :vocab_size]
+        logits = next_logits(ids)
+        if cur_len == prompt_len:  # once: the function's output has the promised shape
+            _check_next_logits(logits, ids.shape[0], vocab_size)
+        log_probs = F.log_softmax(logits.float(), dim=-1)[:, :vocab_size]
         total = (log_probs.view(batch, num_beams, -1) + running_scores[:, :, None]).view(batch, -1)
         cand_scores, flat = torch.topk(total, n_keep, dim=1)  # (batch, n_keep), best first
         beam, token = flat // vocab_size, flat % vocab_size
@@ -260,3 +303,28 @@ def beam_search(
     best_seq, length = ended[:, 0], ended_lengths[:, 0]
     out_len = prompt_len + int(length.max())
     return best_seq[:, :out_len]
+
+
+def _check_beam_search(next_logits, input_ids, max_new_tokens, num_beams, vocab_size, length_penalty,
+                       eos_token_id, pad_token_id) -> None:
+    if not callable(next_logits):
+        raise TypeError(f"next_logits must be a function of ids (rows, seq) -> logits (rows, vocab), "
+                        f"got {type(next_logits).__name__}; for a decoder: lambda ids: model(ids)[:, -1]")
+    check_int("vocab_size", vocab_size, low=1)
+    check_int("num_beams", num_beams, low=1)
+    check_int("max_new_tokens", max_new_tokens, low=0)
+    if not is_real(length_penalty):
+        raise TypeError(f"length_penalty must be a number, got {length_penalty!r}")
+    for name, value in (("eos_token_id", eos_token_id), ("pad_token_id", pad_token_id)):
+        if value is not None:
+            check_int(name, value, low=0, high=vocab_size - 1)
+    check_token_ids("input_ids", input_ids, vocab_size)  # (batch, seq): one prompt is input_ids[None]
+
+
+def _check_next_logits(logits, rows: int, vocab_size: int) -> None:
+    if not isinstance(logits, Tensor) or logits.dim() != 2 or logits.shape[0] != rows \
+            or logits.shape[1] < vocab_size:
+        got = tuple(logits.shape) if isinstance(logits, Tensor) else type(logits).__name__
+        raise ValueError(f"next_logits must return (rows={rows}, vocab >= vocab_size={vocab_size}) logits "
+                         f"of the next token, got {got}; for a decoder: lambda ids: model(ids)[:, -1]")
+    check_finite_logits(logits)

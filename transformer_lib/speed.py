@@ -42,19 +42,32 @@ from .layers.positions import LearnedPositionalEmbedding, SinusoidalPositionalEn
 from .params import count_parameters
 
 
-def set_cpu_threads(device: str | torch.device | None = None) -> None:
+def set_cpu_threads(device: str | torch.device | int | None = None) -> None:
     """The book's thread rule: on a CPU, one PyTorch thread; on a GPU, PyTorch's default.
 
-    Every chapter calls it in its imports cell. Measured with ``scripts/measure_threads.py``
-    (CONTRIBUTING.md has the table): on a quiet 2-core machine a second thread makes chapter 7's
+    ``device``: where the chapter computes (None: a GPU if there is one), or a number of threads
+    (``set_cpu_threads(2)``), which is set as it is. Every chapter calls it in its imports cell.
+    Measured with ``scripts/measure_threads.py`` (CONTRIBUTING.md has the table): on a quiet 2-core machine a second thread makes chapter 7's
     training step 1.6x faster, but while other processes keep the cores busy the two threads
     wait for each other, 1.9x slower than one thread, at almost 3x the CPU time. One thread also
     gives the same numbers on any number of cores, and makes a chapter's CPU time its own work,
     which is what the chapters' time budgets measure.
     """
+    if isinstance(device, int) and not isinstance(device, bool):  # the name says threads: a count
+        check_int("threads", device, low=1)
+        torch.set_num_threads(device)
+        return
     if device is None:
         device = "cuda" if torch.cuda.is_available() else "cpu"
-    if torch.device(device).type == "cpu":
+    if not isinstance(device, (str, torch.device)):
+        raise TypeError(f"device must be a device ('cpu', 'cuda', a torch.device), a number of threads "
+                        f"or None, got {type(device).__name__} {device!r}")
+    try:
+        on_cpu = torch.device(device).type == "cpu"
+    except RuntimeError:
+        raise ValueError(f"device must be 'cpu', 'cuda', 'cuda:N', 'mps', a number of threads or None, "
+                         f"got {device!r}") from None
+    if on_cpu:
         torch.set_num_threads(1)
 
 

@@ -8,6 +8,11 @@ Taught in chapter 7, *GPT-2* (``book/07_gpt2.ipynb``); reused by chapters 6, 8, 
         loss.backward(); clip gradients; AdamW step
         every eval_interval steps: mean train and validation loss on a few batches, callbacks
 
+On many devices (chapter 12, *Scaling out*): the same script under ``torchrun`` with
+``TrainConfig(parallel="ddp")`` or ``"fsdp"`` trains on the same batches, each process on its share
+(``distributed.py``); ``gradient_accumulation_steps`` splits a batch in time as processes split it in
+space; ``checkpoint_dir`` makes a run resumable, step for step (``checkpoints.py``).
+
 Speed (measured in chapter 11, *Making it fast*, and by ``python -m benchmarks``): no ``.item()``
 (a GPU sync) except when logging; by default fused AdamW wherever PyTorch has the kernel
 (``fused_optimizer=True``) and fused attention, activation and norm kernels while training
@@ -20,9 +25,10 @@ from __future__ import annotations
 
 import inspect
 import math
+import re
 import time
 from contextlib import nullcontext
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, is_dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any, Callable
@@ -30,7 +36,10 @@ from typing import Any, Callable
 import torch
 from torch import Tensor, nn
 
-from ._checks import check_bool, check_int, check_positive, hot_path
+from . import checkpoints, distributed
+from ._checks import (check_betas, check_bool, check_device, check_int, check_positive, check_real,
+                      check_schedule_reaches_its_peak, check_train_arguments, describe, hot_path)
+from .distributed import Parallel, split_batch
 from .losses import check_label_smoothing
 from .speed import fast_path
 
@@ -120,6 +129,10 @@ def default_loss(model: nn.Module, batch: Batch, label_smoothing: float = 0.0) -
     """``model.loss(*batch)`` for a tuple (GPT-2: inputs, targets), ``model.mlm_loss(**batch)``
     for a dict (BERT); ``label_smoothing`` is passed on when it is not 0."""
     method = "mlm_loss" if isinstance(batch, dict) else "loss"
+    if method == "loss" and (not isinstance(batch, (tuple, list)) or len(batch) < 2):
+        raise TypeError(f"the batch function returned {describe(batch)}, but the default loss_fn calls "
+                        "model.loss(inputs, targets) and needs both: return (inputs, targets), as "
+                        "tl.BatchSampler and nanoGPT's get_batch do, or pass loss_fn=your_loss(model, batch)")
     loss = getattr(model, method, None)
     if not callable(loss):
         raise TypeError(
@@ -137,7 +150,7 @@ class TrainConfig:
     max_steps: int = 1000
     lr: float = 1e-3
     min_lr: float | None = None  # None: lr / 10
-    warmup_steps: int = 100
+    warmup_steps: int | None = None  # None: 100, or a tenth of max_steps if that is fewer
     schedule: str = "cosine"  # or "inverse_sqrt": the original Transformer's (min_lr unused)
     weight_decay: float = 0.1
     betas: tuple[float, float] = (0.9, 0.95)
@@ -155,10 +168,18 @@ class TrainConfig:
     fused_optimizer: bool | None = True  # True: fused AdamW wherever PyTorch has it; None: on CUDA only
     progress: bool = True  # a tqdm progress bar
     seed: int = 0
+    # scaling out and resuming (chapter 12)
+    parallel: str | None = None  # "ddp" or "fsdp": one process per device under torchrun, the same training
+    gradient_accumulation_steps: int = 1  # each batch in this many micro-batches, their gradients summed
+    checkpoint_dir: str | Path | None = None  # resumable: checkpoints here, and a new run continues the latest
+    checkpoint_every: int | None = None  # steps between checkpoints (and after the last); None: eval_interval
 
     def __post_init__(self) -> None:
         check_int("max_steps", self.max_steps, low=1)
+        if self.warmup_steps is None:
+            self.warmup_steps = min(100, self.max_steps // 10)
         check_int("warmup_steps", self.warmup_steps, low=0)
+        check_schedule_reaches_its_peak(self.max_steps, self.warmup_steps)
         check_int("eval_interval", self.eval_interval, low=1)
         check_int("eval_steps", self.eval_steps, low=1)
         check_positive("lr", self.lr)
@@ -168,13 +189,32 @@ class TrainConfig:
         check_label_smoothing(self.label_smoothing)
         if self.min_lr is None:
             self.min_lr = self.lr / 10
+        check_real("min_lr", self.min_lr)
         if not 0 <= self.min_lr <= self.lr:
             raise ValueError(f"min_lr must be in [0, lr={self.lr}], got {self.min_lr}")
+        check_real("weight_decay", self.weight_decay, low=0.0)  # AdamW shrinks weights toward 0, never away
+        self.betas = check_betas(self.betas)
         if self.grad_clip is not None:
             check_positive("grad_clip", self.grad_clip)
         for name in ("fast_path", "fused_optimizer"):
             if getattr(self, name) is not None:
                 check_bool(name, getattr(self, name))
+        for name in ("mixed_precision", "compile", "progress"):
+            check_bool(name, getattr(self, name))
+        check_int("seed", self.seed)
+        check_device(self.device)
+        self._check_scaling_out()
+
+    def _check_scaling_out(self) -> None:
+        distributed.check_parallel(self.parallel)
+        check_int("gradient_accumulation_steps", self.gradient_accumulation_steps, low=1)
+        if self.checkpoint_every is not None:
+            check_int("checkpoint_every", self.checkpoint_every, low=1)
+            if self.checkpoint_dir is None:
+                raise ValueError(f"checkpoint_every={self.checkpoint_every} needs checkpoint_dir: the folder to "
+                                 "write the checkpoints into")
+        if self.checkpoint_dir is not None and not isinstance(self.checkpoint_dir, (str, Path)):
+            raise TypeError(f"checkpoint_dir must be a folder (str or Path), got {type(self.checkpoint_dir).__name__}")
 
 
 @dataclass
@@ -188,6 +228,7 @@ class TrainState:
     val_loss: float | None = None
     elapsed: float = 0.0  # seconds since the start of training
     history: list[dict] = field(default_factory=list)  # one dict per evaluation
+    loss: Tensor | None = None  # the last step's training loss (this process's share), unread: .item() syncs
 
 
 class Callback:
@@ -246,13 +287,25 @@ class TrainStep:
 
     ``step(batch, lr)`` returns the loss as a tensor without reading it: ``.item()`` would make
     the CPU wait for the GPU at every step. Chapter 11 times and profiles it.
+
+    With ``gradient_accumulation_steps=k`` the batch is cut into ``k`` micro-batches, run one after
+    the other, each loss divided by ``k``: the summed gradients are those of the whole batch, with
+    the activations of one micro-batch in memory at a time. Under torchrun, ``parallel`` (chapter
+    12) runs the loss through DDP or FSDP, whose gradient all-reduce waits for the last micro-batch.
     """
 
     def __init__(self, model: nn.Module, config: TrainConfig,
-                 loss_fn: Callable[[nn.Module, Batch], Tensor] = default_loss) -> None:
+                 loss_fn: Callable[[nn.Module, Batch], Tensor] = default_loss,
+                 parallel: Parallel | None = None) -> None:
         self.model, self.config = model, config
         self.device = next(model.parameters()).device
+        self.parallel = parallel or Parallel(None, self.device)
         self.dtype, use_scaler = autocast_settings(self.device, config.mixed_precision)
+        # one process: loss_fn itself; DDP or FSDP: loss_fn through the wrapper (before the optimizer:
+        # FSDP replaces the parameters by their shards); evaluations use it too
+        self.eval_loss_fn = loss_fn = self.parallel.wrap(model, loss_fn)
+        # fp16's loss scaler (a T4). Under FSDP the gradients are sharded DTensors, whose overflow check
+        # all-reduces its flag: every rank skips the same steps
         self.scaler = torch.amp.GradScaler("cuda", enabled=use_scaler)
         self.optimizer = make_optimizer(model, config.lr, config.weight_decay, config.betas,
                                         fused=config.fused_optimizer, eps=config.eps)
@@ -268,17 +321,25 @@ class TrainStep:
     def __call__(self, batch: Batch, lr: float) -> Tensor:
         for group in self.optimizer.param_groups:
             group["lr"] = lr
-        batch = to_device(batch, self.device)
-        with hot_path(), torch.autocast(self.device.type, dtype=self.dtype, enabled=self.dtype is not None):
-            loss = self.loss_fn(self.model, batch)
-        self.scaler.scale(loss).backward()
+        k = self.config.gradient_accumulation_steps
+        loss = None
+        for i, micro in enumerate(split_batch(batch, k, f"gradient_accumulation_steps={k}")):
+            # DDP/FSDP: the gradients are averaged over the processes once, after the last micro-batch
+            with self.parallel.no_sync(sync=i == k - 1):
+                micro = to_device(micro, self.device)
+                with hot_path(), torch.autocast(self.device.type, self.dtype, enabled=self.dtype is not None):
+                    micro_loss = self.loss_fn(self.model, micro)
+                    if k > 1:
+                        micro_loss = micro_loss / k  # the mean over the whole batch
+                self.scaler.scale(micro_loss).backward()
+            loss = micro_loss.detach() if loss is None else loss + micro_loss.detach()
         if self.config.grad_clip is not None:
             self.scaler.unscale_(self.optimizer)
             nn.utils.clip_grad_norm_(self.model.parameters(), self.config.grad_clip)
         self.scaler.step(self.optimizer)
         self.scaler.update()
         self.optimizer.zero_grad(set_to_none=True)
-        return loss.detach()
+        return loss
 
 
 def train(
@@ -296,33 +357,45 @@ def train(
         train_batches, val_batches: functions returning a fresh batch, e.g. a :class:`BatchSampler`.
         loss_fn: ``loss_fn(model, batch) -> scalar loss``; see :func:`default_loss`.
         callbacks: :class:`Callback` objects (``on_train_start``, ``on_eval``, ``on_step``, ``on_train_end``).
+
+    Under ``torchrun`` with ``config.parallel`` set, every process runs this same function: each takes
+    its share of every batch, the evaluations are averaged over the processes, and only rank 0 shows
+    progress, calls the callbacks and writes checkpoints (chapter 12).
     """
+    check_train_arguments(model, train_batches, val_batches, config, loss_fn, callbacks)
     config = config or TrainConfig()
-    device = torch.device(config.device) if config.device else auto_device()
-    torch.manual_seed(config.seed)
-    model.to(device).train()
-    step_fn = TrainStep(model, config, loss_fn)  # forward, backward, clipping, AdamW
+    run = distributed.start(config.parallel, config.device)  # rank 0 of 1, or one of torchrun's processes
+    torch.manual_seed(config.seed + run.rank)  # a run repeats; under torchrun, dropout differs between ranks
+    model.to(run.device).train()
+    step_fn = TrainStep(model, config, loss_fn, run)  # forward, backward, clipping, AdamW
     # fast_path: fused kernels while training; each module's own setting comes back afterwards
     kernels = (nullcontext() if config.fast_path is None
                else fast_path(model, config.fast_path, config.fast_path))
+    # every rank draws the same batches and trains on its share; the draws are counted, to resume
+    saver = checkpoints.Checkpointer(config, run)
+    train_batches, val_batches = saver.track(train_batches, val_batches)
+    my_train = run.shard(train_batches)
+    my_val = run.shard(val_batches) if val_batches is not None else None
 
     state = TrainState(max_steps=config.max_steps)
-    start = time.perf_counter()
+    saver.resume(state, model, step_fn)  # from the latest checkpoint in config.checkpoint_dir, if any
+    callbacks = callbacks if run.is_main else ()  # logging, the chart and samples: rank 0 only
+    start = time.perf_counter() - state.elapsed
     for cb in callbacks:
         cb.on_train_start(state, model)
     bar = None
-    if config.progress:
+    if config.progress and run.is_main:
         from tqdm.auto import tqdm
 
-        bar = tqdm(total=config.max_steps, desc="training", leave=True)
+        bar = tqdm(total=config.max_steps, initial=state.step, desc="training", leave=True)
 
     def evaluate(step: int) -> None:
         state.step = step
-        state.train_loss = estimate_loss(model, train_batches, config.eval_steps, loss_fn, device,
-                                         step_fn.dtype)
+        state.train_loss = run.average(estimate_loss(model, my_train, config.eval_steps, step_fn.eval_loss_fn,
+                                                     run.device, step_fn.dtype))
         if val_batches is not None:
-            state.val_loss = estimate_loss(model, val_batches, config.eval_steps, loss_fn, device,
-                                           step_fn.dtype)
+            state.val_loss = run.average(estimate_loss(model, my_val, config.eval_steps, step_fn.eval_loss_fn,
+                                                       run.device, step_fn.dtype))
         state.elapsed = time.perf_counter() - start
         state.history.append(
             {"step": step, "lr": state.lr, "train_loss": state.train_loss, "val_loss": state.val_loss,
@@ -335,19 +408,21 @@ def train(
             cb.on_eval(state, model)
 
     with kernels:
-        for step in range(config.max_steps):
+        for step in range(state.step, config.max_steps):
             if step % config.eval_interval == 0:
                 evaluate(step)
             if config.schedule == "cosine":
                 state.lr = lr_at(step, config.lr, config.min_lr, config.warmup_steps, config.max_steps)
             else:  # the original Transformer's
                 state.lr = inverse_sqrt_lr(step, config.lr, config.warmup_steps)
-            step_fn(train_batches(), state.lr)  # the loss stays on the device: no sync
+            state.loss = step_fn(my_train(), state.lr)  # the loss stays on the device: no sync
             if bar is not None:
                 bar.update(1)
             state.step, state.elapsed = step + 1, time.perf_counter() - start
             for cb in callbacks:
                 cb.on_step(state, model)
+            if saver.due(state.step):
+                saver.save(state, model, step_fn)
         evaluate(config.max_steps)
     if bar is not None:
         bar.close()
@@ -357,35 +432,143 @@ def train(
     return state
 
 
+CHECKPOINT_FORMAT = 2  # 1: the same keys without "format" (still read)
+
+
 def save_checkpoint(path: str | Path, model: nn.Module, optimizer: torch.optim.Optimizer | None = None, **extra) -> Path:
     """Save the model's weights (a tied tensor is restored as tied), its config, and optionally the optimizer.
 
-    ``extra`` holds plain values (numbers, strings, lists, dicts), e.g. ``step=1000``.
+    ``extra`` holds plain values (numbers, strings, ``None``, tensors, and lists, tuples and dicts of
+    them), e.g. ``step=1000``: :func:`load_checkpoint` never unpickles code, so anything else is
+    refused here rather than found unreadable later. The file is written under a temporary name and
+    renamed when complete: an interrupted save leaves the previous file as it was.
     """
     path = Path(path)
+    for name, value in extra.items():
+        _check_plain(f"{name}=", value, name)
+    if path.is_dir():
+        raise IsADirectoryError(f"save_checkpoint writes one file, and {path} is a folder: give a file name, "
+                                f"e.g. {path / 'checkpoint.pt'}")
     path.parent.mkdir(parents=True, exist_ok=True)
+    if distributed.is_sharded(model):
+        raise ValueError("this model is sharded by TrainConfig(parallel='fsdp'): save_checkpoint needs the whole "
+                         "model in one process. Use TrainConfig(checkpoint_dir=...), which saves the shards, or "
+                         "tl.distributed.full_state_dict(model) on every rank")
     config = getattr(model, "config", None)
     payload = {
+        "format": CHECKPOINT_FORMAT,
         "model": model.state_dict(),
         "config": asdict(config) if config is not None else None,
         "optimizer": optimizer.state_dict() if optimizer is not None else None,
         "extra": extra,
     }
-    torch.save(payload, path)
+    checkpoints.write_atomically(path, payload)
     return path
+
+
+_PLAIN = (type(None), bool, int, float, str, Tensor)
+
+
+def _check_plain(where: str, value, name: str) -> None:
+    """Refuse what ``torch.load(weights_only=True)`` could not read back, naming where it is."""
+    if isinstance(value, dict):
+        for k, v in value.items():
+            if not isinstance(k, (str, int)):
+                raise TypeError(f"save_checkpoint({where}...): dictionary keys must be strings or ints, "
+                                f"got {type(k).__name__} {k!r}")
+            _check_plain(f"{where}[{k!r}]", v, name)
+    elif isinstance(value, (list, tuple)) and type(value) in (list, tuple):
+        for i, v in enumerate(value):
+            _check_plain(f"{where}[{i}]", v, name)
+    elif type(value) not in _PLAIN and not isinstance(value, Tensor):
+        if is_dataclass(value) and not isinstance(value, type):
+            fix = f"its fields, e.g. {name}=dataclasses.asdict({name})"
+        elif hasattr(value, "item") and hasattr(value, "dtype"):  # a NumPy scalar or array
+            fix = "a Python number (float(...), int(...)) or a tensor (torch.as_tensor(...))"
+        else:
+            fix = "plain values: numbers, strings, None, tensors, and lists, tuples and dicts of them"
+        raise TypeError(f"save_checkpoint({where}...) got a {type(value).__module__}.{type(value).__qualname__}: "
+                        f"load_checkpoint reads only plain values (it never unpickles code), so save {fix}")
 
 
 def load_checkpoint(path: str | Path, model: nn.Module, optimizer: torch.optim.Optimizer | None = None) -> dict:
     """Load weights (and optimizer state) saved by :func:`save_checkpoint` into ``model``; returns ``extra``.
 
-    ``weights_only=True``: a checkpoint can hold tensors and plain values only, never code.
+    ``path`` may also be a checkpoint folder that ``tl.train`` wrote (``checkpoint_dir/step-00000100``,
+    sharded by FSDP or not), or the ``checkpoint_dir`` itself (its latest checkpoint); then the
+    returned dict holds the training state (``step``, ``history``, ...). ``weights_only=True``: a
+    checkpoint can hold tensors and plain values only, never code.
     """
-    payload = torch.load(path, map_location="cpu", weights_only=True)
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"no checkpoint at {path}")
+    if path.is_dir():
+        return _load_training_checkpoint(path, model, optimizer)
+    payload = _read_checkpoint(path)
     config = getattr(model, "config", None)
     if config is not None and payload["config"] is not None and payload["config"] != asdict(config):
         diff = {k: (v, payload["config"].get(k)) for k, v in asdict(config).items() if payload["config"].get(k) != v}
-        raise ValueError(f"checkpoint was saved from a model with a different config: (model, checkpoint) = {diff}")
-    model.load_state_dict(payload["model"])
-    if optimizer is not None and payload["optimizer"] is not None:
+        raise ValueError(f"{path} was saved from a model with a different config: (model, checkpoint) = {diff}")
+    try:
+        model.load_state_dict(payload["model"])
+    except RuntimeError as e:
+        raise ValueError(f"{path} does not fit this {type(model).__name__}: {e}") from None
+    if optimizer is not None:
+        if payload["optimizer"] is None:
+            raise ValueError(f"{path} holds no optimizer state (it was saved without optimizer=...): "
+                             "call load_checkpoint(path, model) and start the optimizer afresh")
         optimizer.load_state_dict(payload["optimizer"])
     return payload["extra"]
+
+
+def _read_checkpoint(path: Path) -> dict:
+    """``torch.load`` of a :func:`save_checkpoint` file, with an error that names the file and the fix."""
+    import pickle
+
+    try:
+        payload = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as e:
+        found = re.search(r"Unsupported global: GLOBAL ([\w.]+)", str(e))
+        what = f" (a {found.group(1)})" if found else ""
+        raise ValueError(
+            f"{path} holds a pickled Python object{what}, as torch.save(model) writes, not a checkpoint of "
+            "tl.save_checkpoint. load_checkpoint never unpickles code (weights_only=True). If you trust the file, "
+            f"torch.load({str(path)!r}, weights_only=False) returns the object; save with "
+            "tl.save_checkpoint(path, model) from now on.") from None
+    except (RuntimeError, OSError, EOFError, ValueError) as e:
+        if isinstance(e, (PermissionError, IsADirectoryError)):
+            raise
+        raise ValueError(
+            f"{path} is damaged: it is not a complete checkpoint ({type(e).__name__}: {e}). It may have been cut "
+            "off while being written or copied; save it again, or load an earlier checkpoint.") from None
+    if isinstance(payload, dict) and payload and all(isinstance(v, Tensor) for v in payload.values()):
+        raise ValueError(
+            f"{path} holds a bare state dict (torch.save(model.state_dict()) writes one), not a checkpoint of "
+            "tl.save_checkpoint, which keeps the model's config and the optimizer with the weights. Load it with "
+            f"model.load_state_dict(torch.load({str(path)!r}, weights_only=True)); save with "
+            "tl.save_checkpoint(path, model, optimizer) from now on.")
+    if not isinstance(payload, dict) or not {"model", "config", "optimizer", "extra"} <= payload.keys():
+        keys = f"keys {sorted(map(str, payload))[:8]}" if isinstance(payload, dict) else type(payload).__name__
+        raise ValueError(f"{path} is not a checkpoint of tl.save_checkpoint (it holds {keys}; a checkpoint has "
+                         "model, config, optimizer and extra)")
+    if payload.get("format", 1) > CHECKPOINT_FORMAT:
+        raise ValueError(f"{path} was written in checkpoint format {payload['format']}, by a newer transformer_lib "
+                         f"than this one (format {CHECKPOINT_FORMAT}): upgrade the library to load it")
+    return payload
+
+
+def _load_training_checkpoint(path: Path, model: nn.Module, optimizer: torch.optim.Optimizer | None) -> dict:
+    """A folder that ``tl.train`` wrote: one checkpoint, or ``checkpoint_dir`` (its latest)."""
+    if not (path / "trainer.pt").exists():
+        latest = checkpoints.latest_checkpoint(path)
+        if latest is None:
+            raise FileNotFoundError(f"{path} is a folder with no checkpoint of tl.train in it (no step-NNNNNNNN "
+                                    "folder with a trainer.pt; .partial folders are incomplete)")
+        path = latest
+    trainer = checkpoints._read(path / "trainer.pt", "the training state")
+    if (path / "dcp").is_dir():
+        checkpoints._check_model_config(path, trainer.get("model_config"), model)
+        checkpoints.load_sharded(path / "dcp", model, optimizer)
+    else:
+        load_checkpoint(path / "model.pt", model, optimizer)
+    return {k: trainer[k] for k in ("step", "history", "train_loss", "val_loss", "world_size", "parallel")}

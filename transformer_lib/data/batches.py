@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .._checks import check_int, is_real
+from .._checks import check_id_sequence, check_int, is_real
 
 
 def train_val_split(ids: Tensor, val_fraction: float = 0.1) -> tuple[Tensor, Tensor]:
@@ -21,8 +21,7 @@ def train_val_split(ids: Tensor, val_fraction: float = 0.1) -> tuple[Tensor, Ten
     The split is contiguous (not shuffled): validation text is text the model has never seen,
     not sentences interleaved with training ones.
     """
-    if not isinstance(ids, Tensor) or ids.dim() != 1:
-        raise ValueError(f"ids must be a 1-D tensor of token ids, got {type(ids).__name__} {getattr(ids, 'shape', '')}")
+    check_id_sequence("ids", ids)
     if not is_real(val_fraction) or not 0.0 < val_fraction < 0.5:
         hint = (f": it is the held-out share, so {val_fraction!r} would validate on "
                 f"{val_fraction:.0%} and train on {1 - val_fraction:.0%}. nanoGPT writes the training "
@@ -46,8 +45,7 @@ def get_batch(
     """
     check_int("batch_size", batch_size, low=1)
     check_int("block_size", block_size, low=1)
-    if data.dim() != 1:
-        raise ValueError(f"data must be a 1-D tensor of token ids, got shape {tuple(data.shape)}")
+    check_id_sequence("data", data)  # one long sequence of integer ids
     if len(data) < block_size + 1:
         raise ValueError(f"data has {len(data)} tokens; block_size={block_size} "
                          f"needs at least {block_size + 1}")
@@ -71,6 +69,7 @@ class BatchSampler:
     def __init__(self, data: Tensor, batch_size: int, block_size: int, seed: int = 0, device=None) -> None:
         get_batch(data, 1, block_size)  # validates the arguments once, here
         check_int("batch_size", batch_size, low=1)
+        check_int("seed", seed)
         self.data, self.batch_size, self.block_size, self.device = data, batch_size, block_size, device
         self.generator = torch.Generator().manual_seed(seed)
 

@@ -58,6 +58,11 @@ def fetch(remote: RemoteFile, path: str | os.PathLike | None = None, download: b
     """Return the local path of ``remote``, downloading it if needed; the SHA-256 is always checked."""
     folder = data_dir(path)
     target = folder / remote.filename
+    if folder.exists() and not folder.is_dir():  # e.g. TFS_DATA_DIR set to the text file itself
+        given = "the data_dir argument" if path is not None else f"{ENV_VAR}"
+        better = f": use its folder, {folder.parent}" if folder.name == remote.filename else ""
+        raise ValueError(f"{given} is {folder}, a file: it must name the folder that holds "
+                         f"{remote.filename}{better}")
     if target.exists():
         digest = _sha256(target)
         if digest != remote.sha256:

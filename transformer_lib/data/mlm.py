@@ -28,7 +28,7 @@ from typing import Iterable
 import torch
 from torch import Tensor
 
-from .._checks import check_int
+from .._checks import check_bool, check_int, check_real, check_token_ids
 from ..losses import IGNORE_INDEX
 
 
@@ -66,20 +66,8 @@ class MLMCollator:
         max_predictions: int | None = None,
         random_from_vocab: bool = False,
     ) -> None:
-        check_int("vocab_size", vocab_size, low=2)
-        check_int("mask_token_id", mask_token_id, low=0, high=vocab_size - 1)
-        if not 0 < mask_prob < 1:
-            raise ValueError(f"mask_prob must be in (0, 1), got {mask_prob}")
-        if not (0 <= mask_fraction and 0 <= random_fraction and mask_fraction + random_fraction <= 1):
-            raise ValueError(
-                "mask_fraction and random_fraction must be >= 0 with sum <= 1, "
-                f"got {mask_fraction} and {random_fraction}"
-            )
-        if max_predictions is not None:
-            if not fixed_count:
-                raise ValueError("max_predictions caps BERT's fixed count per sequence: "
-                                 "pass fixed_count=True too")
-            check_int("max_predictions", max_predictions, low=1)
+        _check_collator(vocab_size, mask_token_id, special_ids, pad_token_id, mask_prob, mask_fraction,
+                        random_fraction, seed, fixed_count, max_predictions, random_from_vocab)
         self.fixed_count, self.max_predictions = bool(fixed_count), max_predictions
         self.random_from_vocab = bool(random_from_vocab)
         special = set(special_ids) | {mask_token_id} | ({pad_token_id} if pad_token_id is not None else set())
@@ -90,11 +78,13 @@ class MLMCollator:
         allowed[self.special[self.special < vocab_size]] = False
         # ids a random replacement may take
         self.replacements = torch.arange(vocab_size) if random_from_vocab else allowed.nonzero().squeeze(1)
+        if not len(self.replacements) and random_fraction > 0:
+            raise ValueError(f"every id of the vocabulary (vocab_size={vocab_size}) is special, so no random "
+                             "token can replace a chosen one: pass random_fraction=0.0 or fewer special_ids")
         self.generator = torch.Generator().manual_seed(seed)
 
     def __call__(self, input_ids: Tensor) -> dict[str, Tensor]:
-        if input_ids.dim() != 2:
-            raise ValueError(f"input_ids must have shape (batch, seq), got {tuple(input_ids.shape)}")
+        check_token_ids("input_ids", input_ids, self.vocab_size)  # (batch, seq) ids of the vocabulary
         ids = input_ids.long()
         # random numbers from the (CPU) generator, the same whatever the batch's device, then moved to it
         on = dict(generator=self.generator, device=self.generator.device)
@@ -121,6 +111,7 @@ class MLMCollator:
 
     def per_sequence(self, input_ids: Tensor) -> Tensor:
         """``(batch,)``: how many positions ``fixed_count`` chooses in each sequence of ``input_ids``."""
+        check_token_ids("input_ids", input_ids, self.vocab_size)
         ids = input_ids.long()
         maskable = ~torch.isin(ids, self.special.to(ids.device))
         if self.pad_token_id is None:
@@ -140,3 +131,31 @@ class MLMCollator:
         scores = scores.masked_fill(~maskable, 2.0)  # not maskable: ranked after every maskable position
         rank = scores.argsort(dim=1).argsort(dim=1)  # (batch, seq): 0 for the smallest score of the row
         return rank < self.per_sequence(ids)[:, None]
+
+
+def _check_collator(vocab_size, mask_token_id, special_ids, pad_token_id, mask_prob, mask_fraction,
+                    random_fraction, seed, fixed_count, max_predictions, random_from_vocab) -> None:
+    check_int("vocab_size", vocab_size, low=2)
+    check_int("mask_token_id", mask_token_id, low=0, high=vocab_size - 1)
+    if pad_token_id is not None:
+        check_int("pad_token_id", pad_token_id, low=0, high=vocab_size - 1)
+    if isinstance(special_ids, (str, bytes)) or not isinstance(special_ids, Iterable):
+        raise TypeError(f"special_ids must be a list of token ids, got {type(special_ids).__name__}")
+    for i in special_ids:
+        check_int("each of special_ids", i, low=0, high=vocab_size - 1)
+    check_real("mask_prob", mask_prob, low=0.0, high=1.0)
+    if mask_prob in (0.0, 1.0):
+        raise ValueError(f"mask_prob must be in (0, 1), got {mask_prob}")
+    check_real("mask_fraction", mask_fraction, low=0.0, high=1.0)
+    check_real("random_fraction", random_fraction, low=0.0, high=1.0)
+    if mask_fraction + random_fraction > 1:
+        raise ValueError("mask_fraction and random_fraction must be >= 0 with sum <= 1, "
+                         f"got {mask_fraction} and {random_fraction}")
+    check_int("seed", seed)
+    check_bool("fixed_count", fixed_count)
+    check_bool("random_from_vocab", random_from_vocab)
+    if max_predictions is not None:
+        if not fixed_count:
+            raise ValueError("max_predictions caps BERT's fixed count per sequence: "
+                             "pass fixed_count=True too")
+        check_int("max_predictions", max_predictions, low=1)

@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
-from .._checks import check_choice, check_divisible, check_int, check_prob
+from .._checks import (check_choice, check_divisible, check_float_input, check_float_tensors, check_int,
+                       check_prob, check_same_device)
 from .kv_cache import LayerKVCache
 from .positions import PositionScheme
 
@@ -22,12 +23,14 @@ if TYPE_CHECKING:  # for the annotation only: attention.py imports this module
 ATTENTION_KINDS = ("bidirectional", "causal", "cross")
 
 
-def check_attn_mask(mask: Tensor | None, scores_shape: tuple[int, ...], name: str = "mask") -> None:
-    """``mask`` must be bool and broadcast to ``scores_shape`` = ``(..., seq_q, seq_k)``."""
+def check_attn_mask(mask: Tensor | None, scores_shape: tuple[int, ...], name: str = "mask",
+                    device: torch.device | None = None) -> None:
+    """``mask``: bool, on ``device`` if given, broadcasting to ``scores_shape`` = ``(..., seq_q, seq_k)``."""
     if mask is None:
         return
     if not isinstance(mask, Tensor):
         raise TypeError(f"{name} must be a bool torch.Tensor, got {type(mask).__name__}")
+    check_same_device(name, mask, mask.device if device is None else device)
     if mask.dtype != torch.bool:
         raise TypeError(
             f"{name} must have dtype torch.bool (True = may attend), got {mask.dtype}; "
@@ -46,6 +49,7 @@ def check_attn_mask(mask: Tensor | None, scores_shape: tuple[int, ...], name: st
 
 def check_qkv(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> None:
     """The arguments of ``scaled_dot_product_attention(q, k, v, mask)``."""
+    check_float_tensors("q, k, v", q, k, v)
     if q.dim() < 2 or k.dim() < 2 or v.dim() < 2:
         raise ValueError(f"q, k, v must be (..., seq, d); got shapes {tuple(q.shape)}, "
                          f"{tuple(k.shape)}, {tuple(v.shape)}")
@@ -58,7 +62,7 @@ def check_qkv(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> None:
     if mask is not None:
         q_lead, k_lead = q.shape[:-2], k.shape[:-2]  # (...): batch, heads
         lead = q_lead if q_lead == k_lead else torch.broadcast_shapes(q_lead, k_lead)
-        check_attn_mask(mask, (*lead, q.shape[-2], k.shape[-2]))
+        check_attn_mask(mask, (*lead, q.shape[-2], k.shape[-2]), device=q.device)
 
 
 def check_attention_settings(d_model: int, n_heads: int, kind: str, d_context: int | None, dropout: float,
@@ -86,17 +90,13 @@ def check_attention_settings(d_model: int, n_heads: int, kind: str, d_context: i
 def check_attention_inputs(attn: MultiHeadAttention, x: Tensor, context: Tensor | None, mask: Tensor | None,
                            kv_cache: LayerKVCache | None) -> None:
     """The arguments of ``attn.forward(x, context, mask, kv_cache)``."""
-    if not isinstance(x, Tensor) or x.dim() != 3 or x.shape[-1] != attn.d_model:
-        shape = tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__
-        raise ValueError(f"x must have shape (batch, seq, d_model={attn.d_model}), got {shape}")
-    if not x.is_floating_point():
-        raise TypeError("x must be a floating-point tensor of vectors, "
-                        f"got dtype {x.dtype} (embed token ids first)")
+    check_float_input("x", x, attn.W_Q.weight)
+    if x.dim() != 3 or x.shape[-1] != attn.d_model:
+        raise ValueError(f"x must have shape (batch, seq, d_model={attn.d_model}), got {tuple(x.shape)}")
     if attn.kind == "cross":
         if context is None:
             raise ValueError("cross-attention needs a context: pass context=(batch, seq_k, d_context)")
-        if not isinstance(context, Tensor):
-            raise TypeError(f"context must be a torch.Tensor, got {type(context).__name__}")
+        check_float_input("context", context, attn.W_K.weight)
         d_context = attn.W_K.in_features
         if context.dim() != 3 or context.shape[0] != x.shape[0] or context.shape[-1] != d_context:
             raise ValueError(f"context must have shape (batch={x.shape[0]}, seq_k, d_context={d_context}), "
@@ -112,4 +112,4 @@ def check_attention_inputs(attn: MultiHeadAttention, x: Tensor, context: Tensor 
     if mask is not None:
         cached = 0 if kv_cache is None else kv_cache.seq_len
         seq_k = x.shape[1] + cached if context is None else context.shape[1]
-        check_attn_mask(mask, (x.shape[0], attn.n_heads, x.shape[1], seq_k))
+        check_attn_mask(mask, (x.shape[0], attn.n_heads, x.shape[1], seq_k), device=x.device)

@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .._checks import check_choice, check_int, check_prob
+from .._checks import check_choice, check_float_input, check_int, check_prob
 
 
 def relu(x: Tensor) -> Tensor:
@@ -56,9 +56,11 @@ def gated_hidden_size(d_model: int, multiple_of: int = 64) -> int:
     return multiple_of * math.ceil(8 * d_model / 3 / multiple_of)
 
 
-def _check_width(x: Tensor, d_model: int) -> None:
-    if x.shape[-1] != d_model:
-        raise ValueError(f"expected input with last dimension d_model={d_model}, got shape {tuple(x.shape)}")
+def _check_width(x: Tensor, W_in: nn.Linear) -> None:
+    check_float_input("x", x, W_in.weight)
+    d_model = W_in.in_features
+    if x.dim() == 0 or x.shape[-1] != d_model:
+        raise ValueError(f"x must have last dimension d_model={d_model}, got shape {tuple(x.shape)}")
 
 
 class FeedForward(nn.Module):
@@ -82,7 +84,7 @@ class FeedForward(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         """``(batch, seq, d_model) -> (batch, seq, d_model)``."""
-        _check_width(x, self.W_in.in_features)
+        _check_width(x, self.W_in)
         act = (FUSED_ACTIVATIONS if self.fused else ACTIVATIONS)[self.activation]
         return self.drop(self.W_out(act(self.W_in(x))))
 
@@ -118,7 +120,7 @@ class GatedFeedForward(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         """``(batch, seq, d_model) -> (batch, seq, d_model)``."""
-        _check_width(x, self.W_in.in_features)
+        _check_width(x, self.W_in)
         gate = (FUSED_ACTIVATIONS if self.fused else ACTIVATIONS)[self.activation](self.W_gate(x))
         return self.drop(self.W_out(gate * self.W_in(x)))
 

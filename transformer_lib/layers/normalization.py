@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .._checks import check_choice, check_int, check_positive
+from .._checks import check_choice, check_float_input, check_int, check_positive
 
 NORMS = ("layernorm", "rmsnorm")
 
@@ -24,9 +24,10 @@ def _check_eps(eps: float) -> None:
     check_positive("eps", eps)
 
 
-def _check_input(x: Tensor, d_model: int) -> None:
-    if x.shape[-1] != d_model:
-        raise ValueError(f"expected input with last dimension d_model={d_model}, got shape {tuple(x.shape)}")
+def _check_input(x: Tensor, d_model: int, weight: Tensor) -> None:
+    check_float_input("x", x, weight)  # an integer x would come back rounded to integers
+    if x.dim() == 0 or x.shape[-1] != d_model:
+        raise ValueError(f"x must have last dimension d_model={d_model}, got shape {tuple(x.shape)}")
 
 
 class LayerNorm(nn.Module):
@@ -43,7 +44,7 @@ class LayerNorm(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         """``(..., d_model) -> (..., d_model)``."""
-        _check_input(x, self.d_model)
+        _check_input(x, self.d_model, self.weight)
         if self.fused:
             return F.layer_norm(x, (self.d_model,), self.weight, self.bias, self.eps)
         h = x.float()  # statistics in float32: squares overflow float16 and lose bits in bfloat16
@@ -69,7 +70,7 @@ class RMSNorm(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         """``(..., d_model) -> (..., d_model)``."""
-        _check_input(x, self.d_model)
+        _check_input(x, self.d_model, self.weight)
         if self.fused:
             return F.rms_norm(x, (self.d_model,), self.weight, self.eps)
         h = x.float()  # statistics in float32, as in LayerNorm

@@ -142,8 +142,12 @@ class RotaryEmbedding(PositionScheme):
 
     def forward(self, x: Tensor, offset: int = 0) -> Tensor:
         """Rotate ``x``: ``(..., seq, head_dim)``, whose positions are ``offset .. offset + seq - 1``."""
-        if x.shape[-1] != self.head_dim:
-            raise ValueError(f"expected last dimension head_dim={self.head_dim}, got shape {tuple(x.shape)}")
+        if not isinstance(x, Tensor) or not x.is_floating_point():  # integers would round the rotation
+            got = f"dtype {x.dtype}" if isinstance(x, Tensor) else type(x).__name__
+            raise TypeError(f"x must be a floating-point torch.Tensor of queries or keys, got {got}")
+        if x.dim() < 2 or x.shape[-1] != self.head_dim:
+            raise ValueError(f"x must have last dimension head_dim={self.head_dim}, "
+                             f"got shape {tuple(x.shape)}")
         seq_len = x.shape[-2]
         _check_positions(seq_len, offset, self.n_positions)
         cos = self.cos[offset : offset + seq_len].to(x.dtype)  # (seq, head_dim/2)

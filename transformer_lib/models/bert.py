@@ -17,8 +17,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from .._checks import check_int, check_padding_mask, check_token_ids
-from ..config import TransformerConfig
+from .._checks import check_int, check_padding_mask, check_same_shape, check_token_ids
+from ..config import TransformerConfig, check_config
 from ..init import init_weights_
 from ..layers.block import TransformerBlock
 from ..layers.embedding import TokenEmbedding
@@ -89,8 +89,7 @@ class BERT(nn.Module):
 
     def __init__(self, config: BERTConfig) -> None:
         super().__init__()
-        if not isinstance(config, BERTConfig):
-            raise TypeError(f"config must be a BERTConfig, got {type(config).__name__}")
+        check_config(config, BERTConfig, "BERT", "bert_from_hf")
         self.config = config
         d = config.d_model
         self.token_embedding = TokenEmbedding(config.vocab_size, d)
@@ -117,18 +116,14 @@ class BERT(nn.Module):
         ``token_type_ids``: ``(batch, seq)`` segment ids (sentence A = 0, B = 1); default all 0.
         """
         check_token_ids("input_ids", input_ids, n_ctx=self.config.n_ctx)
-        mask = check_padding_mask("attention_mask", attention_mask, tuple(input_ids.shape))
+        mask = check_padding_mask("attention_mask", attention_mask, tuple(input_ids.shape), input_ids.device)
         x = self.token_embedding(input_ids)
         if self.position_embedding is not None:
             x = x + self.position_embedding(input_ids.shape[1])
         if self.token_type_embedding is not None:
             if token_type_ids is None:
                 token_type_ids = torch.zeros_like(input_ids)
-            elif token_type_ids.shape != input_ids.shape:
-                raise ValueError(
-                    f"token_type_ids must have the shape of input_ids {tuple(input_ids.shape)}, "
-                    f"got {tuple(token_type_ids.shape)}"
-                )
+            check_same_shape("token_type_ids", token_type_ids, input_ids)
             x = x + self.token_type_embedding(token_type_ids, name="token_type_ids")
         elif token_type_ids is not None:
             raise ValueError("token_type_ids given, but this BERT has no token-type embeddings "
@@ -150,13 +145,7 @@ class BERT(nn.Module):
         bool ``masked_positions`` ``(batch, seq)``, which skips the head's work everywhere else."""
         h = self.encode(input_ids, attention_mask, token_type_ids)
         if masked_positions is not None:
-            if masked_positions.dtype != torch.bool:
-                raise TypeError(f"masked_positions must be a bool tensor, got dtype {masked_positions.dtype}")
-            if masked_positions.shape != input_ids.shape:
-                raise ValueError(
-                    f"masked_positions must have the shape of input_ids {tuple(input_ids.shape)}, "
-                    f"got {tuple(masked_positions.shape)}"
-                )
+            check_same_shape("masked_positions", masked_positions, input_ids, torch.bool)
             h = h[masked_positions]  # (n_masked, d_model)
         return self.mlm_head(h)
 
@@ -170,9 +159,7 @@ class BERT(nn.Module):
     ) -> Tensor:
         """Masked-LM loss. ``labels``: ``(batch, seq)``, the original token where the input was
         masked and ``IGNORE_INDEX`` (-100) elsewhere. Only masked positions reach the head."""
-        if labels.shape != input_ids.shape:
-            raise ValueError(f"labels must have the shape of input_ids {tuple(input_ids.shape)}, "
-                             f"got {tuple(labels.shape)}")
+        check_same_shape("labels", labels, input_ids)
         masked = labels != IGNORE_INDEX
         logits = self(input_ids, attention_mask, token_type_ids, masked_positions=masked)
         return masked_lm_loss(logits, labels[masked], label_smoothing)

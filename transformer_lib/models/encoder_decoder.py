@@ -17,8 +17,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from .._checks import check_bool, check_int, check_padding_mask, check_token_ids
-from ..config import TransformerConfig
+from .._checks import check_bool, check_finite_logits, check_int, check_padding_mask, check_token_ids
+from ..config import TransformerConfig, check_config
 from ..init import init_weights_
 from ..layers.block import DecoderBlock, TransformerBlock
 from ..layers.embedding import TokenEmbedding
@@ -89,8 +89,7 @@ class EncoderDecoder(nn.Module):
 
     def __init__(self, config: EncoderDecoderConfig) -> None:
         super().__init__()
-        if not isinstance(config, EncoderDecoderConfig):
-            raise TypeError(f"config must be an EncoderDecoderConfig, got {type(config).__name__}")
+        check_config(config, EncoderDecoderConfig, "EncoderDecoder")
         self.config = config
         final_norm = lambda: (  # noqa: E731
             make_norm(config.norm, config.d_model, config.norm_eps, config.bias)
@@ -117,7 +116,8 @@ class EncoderDecoder(nn.Module):
     def encode(self, src_ids: Tensor, src_attention_mask: Tensor | None = None) -> Tensor:
         """``(batch, seq_src)`` ids -> memory ``(batch, seq_src, d_model)``. Padded source keys are hidden."""
         check_token_ids("src_ids", src_ids, n_ctx=self.config.n_ctx)
-        mask = check_padding_mask("src_attention_mask", src_attention_mask, tuple(src_ids.shape))
+        mask = check_padding_mask("src_attention_mask", src_attention_mask, tuple(src_ids.shape),
+                                  src_ids.device)
         mask = padding_mask(mask) if mask is not None else None
         x = self.src_embed(src_ids, "src_ids")
         for block in self.encoder:
@@ -139,8 +139,10 @@ class EncoderDecoder(nn.Module):
                 or memory.shape[-1] != d_model):
             got = tuple(memory.shape) if isinstance(memory, Tensor) else type(memory).__name__
             raise ValueError(f"memory must have shape (batch={batch}, seq_src, d_model={d_model}), got {got}")
-        src_mask = check_padding_mask("src_attention_mask", src_attention_mask, tuple(memory.shape[:2]))
-        tgt_mask = check_padding_mask("tgt_attention_mask", tgt_attention_mask, tuple(tgt_ids.shape))
+        src_mask = check_padding_mask("src_attention_mask", src_attention_mask, tuple(memory.shape[:2]),
+                                      memory.device)
+        tgt_mask = check_padding_mask("tgt_attention_mask", tgt_attention_mask, tuple(tgt_ids.shape),
+                                      tgt_ids.device)
         src_mask = padding_mask(src_mask) if src_mask is not None else None
         tgt_mask = padding_mask(tgt_mask) if tgt_mask is not None else None
         x = self.tgt_embed(tgt_ids, "tgt_ids")
@@ -157,6 +159,8 @@ class EncoderDecoder(nn.Module):
     ) -> Tensor:
         """Teacher forcing: ``(batch, seq_src)``, ``(batch, seq_tgt)``
         -> ``(batch, seq_tgt, vocab)`` logits."""
+        check_token_ids("src_ids", src_ids, n_ctx=self.config.n_ctx)  # (batch, seq) each: 1-D ids are
+        check_token_ids("tgt_ids", tgt_ids, n_ctx=self.config.n_ctx)  # said so, not taken for batches
         if src_ids.shape[0] != tgt_ids.shape[0]:
             raise ValueError("src_ids and tgt_ids must have the same batch size, "
                              f"got {src_ids.shape[0]} and {tgt_ids.shape[0]}")
@@ -202,8 +206,10 @@ class EncoderDecoder(nn.Module):
         check_int("bos_token_id", bos_token_id, low=0, high=self.config.vocab_size - 1)
         check_int("max_new_tokens", max_new_tokens, low=1, high=self.config.n_ctx - 1)
         check_int("num_beams", num_beams, low=1)
-        if eos_token_id is not None:
-            check_int("eos_token_id", eos_token_id, low=0, high=self.config.vocab_size - 1)
+        for name, value in (("eos_token_id", eos_token_id), ("pad_token_id", pad_token_id)):
+            if value is not None:
+                check_int(name, value, low=0, high=self.config.vocab_size - 1)
+        check_bool("early_stopping", early_stopping)
         was_training = self.training
         self.eval()  # decoding must not drop out
         try:
@@ -213,7 +219,12 @@ class EncoderDecoder(nn.Module):
             mask = (None if src_attention_mask is None
                     else src_attention_mask.repeat_interleave(num_beams, dim=0))
             start = torch.full((src_ids.shape[0], 1), bos_token_id, dtype=torch.long, device=src_ids.device)
-            return beam_search(lambda ids: self.decode(ids, memory, mask)[:, -1], start, max_new_tokens,
+            def next_logits(ids: Tensor) -> Tensor:
+                logits = self.decode(ids, memory, mask)[:, -1]
+                check_finite_logits(logits, self)  # NaN weights would rank every beam alike
+                return logits
+
+            return beam_search(next_logits, start, max_new_tokens,
                                num_beams, vocab_size=self.config.vocab_size, length_penalty=length_penalty,
                                eos_token_id=eos_token_id, pad_token_id=pad_token_id,
                                early_stopping=early_stopping)
@@ -225,7 +236,9 @@ class EncoderDecoder(nn.Module):
         out = torch.full((src_ids.shape[0], 1), bos_token_id, dtype=torch.long, device=src_ids.device)
         done = torch.zeros(src_ids.shape[0], dtype=torch.bool, device=src_ids.device)
         for _ in range(max_new_tokens):
-            nxt = self.decode(out, memory, src_attention_mask)[:, -1].argmax(dim=-1)
+            logits = self.decode(out, memory, src_attention_mask)[:, -1]
+            check_finite_logits(logits, self)  # NaN weights would make every token 0
+            nxt = logits.argmax(dim=-1)
             if eos_token_id is not None:
                 nxt = torch.where(done, eos_token_id, nxt)
                 done |= nxt == eos_token_id

@@ -14,7 +14,7 @@ import torch
 from torch import Tensor, nn
 
 from .._checks import check_int, check_padding_mask, check_token_ids
-from ..config import TransformerConfig
+from ..config import TransformerConfig, check_config
 from ..init import init_weights_
 from ..layers.block import TransformerBlock
 from ..layers.embedding import TokenEmbedding
@@ -61,8 +61,7 @@ class GPT2(nn.Module):
 
     def __init__(self, config: GPT2Config) -> None:
         super().__init__()
-        if not isinstance(config, TransformerConfig):
-            raise TypeError(f"config must be a GPT2Config, got {type(config).__name__}")
+        check_config(config, GPT2Config, "GPT2", "gpt2_from_hf")  # not another model's config
         self.config = config
         padded = getattr(config, "padded_vocab_size", config.vocab_size)
         self.token_embedding = TokenEmbedding(config.vocab_size, config.d_model, n_rows=padded)
@@ -96,7 +95,7 @@ class GPT2(nn.Module):
         """
         offset = 0 if kv_cache is None else len(kv_cache)
         check_token_ids("input_ids", input_ids, n_ctx=self.config.n_ctx, offset=offset)
-        mask = check_padding_mask("attention_mask", attention_mask, tuple(input_ids.shape))
+        mask = check_padding_mask("attention_mask", attention_mask, tuple(input_ids.shape), input_ids.device)
         if mask is not None and kv_cache is not None:
             raise ValueError("attention_mask and kv_cache cannot be combined: generate from unpadded prompts")
         if kv_cache is not None and len(kv_cache.layers) != len(self.blocks):

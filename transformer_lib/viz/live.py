@@ -22,10 +22,14 @@ class LivePanel:
     def __init__(self, export: BrowserExport, prompt: str = "") -> None:
         if not isinstance(export, BrowserExport):
             raise TypeError(f"export must be what export_for_browser returned, got {type(export).__name__}")
+        if not isinstance(prompt, str):
+            raise TypeError(f"prompt must be a str, got {type(prompt).__name__}")
         self.export, self.prompt = export, prompt
 
     def __repr__(self) -> str:
         e = self.export
+        if e.skipped:
+            return f"live panel for {e.name!r} ({e.kind}): {e.skipped}"
         return (f"live panel for {e.name!r} ({e.kind}): on the book's page it runs {e.directory / 'model.onnx'} "
                 f"({e.onnx_bytes / 1e6:.2f} MB) in the browser")
 
@@ -37,10 +41,16 @@ class LivePanel:
         folder = Path(os.path.relpath(e.directory)) if e.directory.is_absolute() else e.directory
         if folder.parts[:1] == ("..",):  # the book's build exports outside the notebook's folder
             folder = Path(e.directory.name)
-        fallback = (f"On the book's published page, this box runs the model trained above in your browser "
-                    f"(ONNX Runtime Web, {e.onnx_bytes / 1e6:.1f} MB). In Jupyter the model is live in the "
-                    f"kernel instead, in the cells above; the exported files are "
-                    f"in the folder <code>{html.escape(folder.as_posix())}</code>.")
+        if e.skipped:  # a learner's install has no ONNX packages: the weights alone were saved
+            fallback = (f"On the book's published page, this box runs the model trained above in your "
+                        f"browser. In Jupyter the model is live in the kernel instead, in the cells above; "
+                        f"its weights are in the folder <code>{html.escape(folder.as_posix())}</code> "
+                        f"(<code>tl.load_pretrained</code> loads them). {html.escape(e.skipped)}.")
+        else:
+            fallback = (f"On the book's published page, this box runs the model trained above in your "
+                        f"browser (ONNX Runtime Web, {e.onnx_bytes / 1e6:.1f} MB). In Jupyter the model is "
+                        f"live in the kernel instead, in the cells above; the exported files are "
+                        f"in the folder <code>{html.escape(folder.as_posix())}</code>.")
         return f'<div class="tfs-live" {data}>\n<p class="tfs-live-fallback">{fallback}</p>\n</div>'
 
 

@@ -250,6 +250,8 @@ class LiveLossPlot(Callback):
             self._text.update(self._sample_bundle(), raw=True)
 
     def on_train_start(self, state: TrainState, model: nn.Module) -> None:
+        if not self.history:  # a run resumed from a checkpoint: its evaluations so far
+            self.history = [dict(h) for h in state.history]
         try:
             from IPython import get_ipython
             from IPython.display import display

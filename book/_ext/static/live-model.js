@@ -402,6 +402,9 @@
           this.info = { ...info, ids: new Map(info.tokens.map((t, i) => [t, i])) };
           this.session = await ort.InferenceSession.create(model, {
             executionProviders: ["wasm"], graphOptimizationLevel: "all" });
+          // one untimed run: the runtime's first call prepares its kernels and memory (about a second),
+          // which the timing line would otherwise report as the model's forward pass
+          await this.warmUp();
           this.status.replaceChildren();
           this.buildOpen();
           this.setState("ready");
@@ -433,6 +436,7 @@
         "causal-lm": "", "masked-lm": "to be, or not to b_", "seq2seq": "31415" }[this.kind] || "";
       this.box.addEventListener("input", () => {
         this.typedAt = performance.now();
+        if (this.api.generated && this.api.generated.prompt !== this.box.value) this.clearSamples();
         clearTimeout(this.timer);
         this.timer = setTimeout(() => this.runNow().catch(() => {}), DEBOUNCE_MS);
       });
@@ -534,6 +538,14 @@
       return outputs;
     }
 
+    /** One untimed run on the shortest input: start-up work that no timed pass should carry. */
+    async warmUp() {
+      const feeds = this.kind === "seq2seq" ? { src_ids: [0], tgt_ids: [this.info.special.bos || 0] }
+        : { input_ids: [0] };
+      await this.forward(feeds);
+      this.lastForwardMs = null;
+    }
+
     /** Queue `job` after the runs before it (one session runs one thing at a time). */
     enqueue(job) {
       const result = this.queue.then(job);
@@ -554,21 +566,50 @@
         const typedAt = this.typedAt;
         this.message.textContent = "";
         this.message.className = "tfs-live-message";
+        this.note = "";
+        if (this.api.generated && this.api.generated.prompt !== text) this.clearSamples();
         try {
           const last = await { "causal-lm": () => this.runCausal(text), "masked-lm": () => this.runMasked(text),
             "seq2seq": () => this.runSeq2seq(text) }[this.kind]();
           if (typedAt !== null && this.typedAt === typedAt) last.input_to_result_ms = performance.now() - typedAt;
           last.text = text;
           this.api.last = last;
+          if (this.note) this.message.textContent = this.note;
           this.updateInfo(last.forward_ms);
           this.runs += 1;
           this.el.dataset.runs = String(this.runs);
           return last;
         } catch (error) {
+          this.clearResult(); // the error replaces the result of an earlier text, not sits above it
           this.showError(error);
           throw error;
         }
       });
+    }
+
+    /** Empty what shows a result: plots, filled text, tables; the test hook's `last` too. */
+    clearResult() {
+      for (const div of [this.bars, this.heat]) {
+        if (!div) continue;
+        if (window.Plotly && div.classList.contains("js-plotly-plot")) Plotly.purge(div);
+        div.replaceChildren();
+        div.style.height = "";
+        if (div.caption) div.caption.textContent = "";
+      }
+      for (const node of [this.filled, this.fills, this.output, this.steps]) if (node) node.replaceChildren();
+      this.current = null;
+      this.api.last = null;
+    }
+
+    /** Forget the samples of an earlier prompt. */
+    clearSamples() {
+      if (this.generatedText) this.generatedText.replaceChildren();
+      this.api.generated = null;
+    }
+
+    /** "The model reads at most N characters: it read the first/last N of the M you typed." */
+    cutNote(n, total, which) {
+      return `The model reads at most ${n} characters: it read the ${which} ${n} of the ${total} you typed.`;
     }
 
     // ---- causal-lm: next-character probabilities, attention, sampling ------------------------
@@ -603,6 +644,7 @@
       if (unknown.length) throw new Error(unknownMessage(unknown));
       if (!all.length) throw new Error("Type at least one character.");
       const ids = all.slice(-info.n_ctx);
+      if (all.length > ids.length) this.note = this.cutNote(info.n_ctx, all.length, "last");
       const out = await this.forward({ input_ids: ids });
       const logits = rows(out.logits, ids.length - 1, ids.length)[0];
       const last = { input_ids: ids, probs: softmax(logits), attention: nested(out.attention),
@@ -657,9 +699,13 @@
           if (unknown.length) throw new Error(unknownMessage(unknown));
           if (!start.length) throw new Error("Type at least one character to start from.");
         } catch (error) {
+          this.clearSamples();
           this.showError(error);
           throw error;
         }
+        this.message.className = "tfs-live-message";
+        this.message.textContent = start.length > info.n_ctx
+          ? `${this.cutNote(info.n_ctx, start.length, "last")} It writes on from there.` : "";
         this.generateButton.disabled = true;
         const random = mulberry32(seed);
         const ids = [];
@@ -699,10 +745,9 @@
       let { ids, unknown } = encode(info, text, mask);
       if (unknown.length) throw new Error(unknownMessage(unknown));
       if (!ids.length) throw new Error("Type some text, with _ for each character to guess.");
-      let note = "";
       if (ids.length > info.n_ctx) {
+        this.note = this.cutNote(info.n_ctx, ids.length, "first");
         ids = ids.slice(0, info.n_ctx);
-        note = `The model reads at most ${info.n_ctx} characters: it sees only the first ${info.n_ctx}.`;
       }
       const out = await this.forward({ input_ids: ids });
       const positions = ids.map((id, i) => (id === mask ? i : -1)).filter((i) => i >= 0);
@@ -726,7 +771,6 @@
       });
       this.fills.replaceChildren(positions.length ? list
         : make("p", { text: "No blank in the text: write _ where the model should guess a character." }));
-      if (note) this.message.textContent = note;
       this.labels = ids.map((i) => (i === mask ? "▮" : shown(info.tokens[i])));
       this.current = last;
       this.drawAttention();
@@ -750,7 +794,9 @@
       const digits = text.trim();
       const { ids: src, unknown } = encode(info, digits);
       if (unknown.length) throw new Error(unknownMessage(unknown));
-      if (!src.length || src.length > info.n_ctx - 1) throw new Error(`Type 1 to ${info.n_ctx - 1} digits.`);
+      if (!src.length || src.length > info.n_ctx - 1) {
+        throw new Error(`Type 1 to ${info.n_ctx - 1} digits` + (src.length ? `: you typed ${src.length}.` : "."));
+      }
       const output = [bos];
       let out = null;
       let total = 0;
