@@ -126,7 +126,7 @@ def pytest_sessionfinish(session, exitstatus):
 # pyproject.toml describes the markers. Every test that carries none of OUTSIDE_THE_QUICK_LOOP is
 # marked `unit`, so `python -m pytest tests -m unit` runs the library's own tests alone, and plain
 # `python -m pytest` (CI, .ci/run) still runs everything.
-OUTSIDE_THE_QUICK_LOOP = ("browser", "frontend", "notebooks", "slow", "cuda", "network")
+OUTSIDE_THE_QUICK_LOOP = ("browser", "frontend", "notebooks", "slow", "cuda", "network", "pypi")
 
 
 @pytest.hookimpl(tryfirst=True)  # before -m deselects
