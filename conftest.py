@@ -123,3 +123,19 @@ def pytest_terminal_summary(terminalreporter):
 def pytest_sessionfinish(session, exitstatus):
     if over_budget() and session.exitstatus == 0:
         session.exitstatus = 1  # a chapter over its time budget fails the run
+
+
+# ---- markers: the library's quick loop ----------------------------------------------------------
+# pyproject.toml describes the markers. Every test that carries none of OUTSIDE_THE_QUICK_LOOP is
+# marked `unit`, so `python -m pytest tests -m unit` runs the library's own tests alone, and plain
+# `python -m pytest` (CI, .ci/run) still runs everything.
+OUTSIDE_THE_QUICK_LOOP = ("browser", "frontend", "notebooks", "slow", "cuda", "network", "pypi")
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.nodeid.split("::")[0].endswith(".ipynb"):
+            item.add_marker("notebooks")  # a cell of a chapter, run by nbval
+        if not any(item.get_closest_marker(name) for name in OUTSIDE_THE_QUICK_LOOP):
+            item.add_marker("unit")

@@ -178,7 +178,7 @@ def test_nested_capture_attention():
 
 def test_attention_forward_mutates_nothing():
     rope = tl.RotaryEmbedding(8, 16)
-    mha = tl.MultiHeadAttention(32, 4, kind="causal", rope=rope, dropout=0.1)
+    mha = tl.MultiHeadAttention(32, 4, kind="causal", positions=rope, dropout=0.1)
     before = snapshot(mha)
     mha(torch.randn(2, 6, 32), mask=tl.padding_mask(torch.tensor([[1] * 6, [1] * 4 + [0] * 2])))
     mha.eval()
@@ -260,9 +260,10 @@ def test_fused_attention_gives_the_same_gradients(overrides):
         torch.testing.assert_close(b.grad, a.grad, atol=1e-6, rtol=1e-4, msg=f"gradient of {name}")
 
 
+@pytest.mark.slow
 def test_cpu_attention_dropout_keeps_each_weight_with_probability_1_minus_p():
     """The fast path's attention dropout on a CPU: kept weights scaled by 1 / (1 - p), unbiased."""
-    from transformer_lib.layers.attention import causal_attention_with_dropout
+    from transformer_lib.layers.fused_attention import causal_attention_with_dropout
 
     torch.manual_seed(0)
     T, p = 8, 0.25
@@ -280,11 +281,11 @@ def test_cpu_attention_dropout_keeps_each_weight_with_probability_1_minus_p():
 
 
 def test_fast_path_uses_the_cpu_attention_dropout_while_training(monkeypatch):
-    import transformer_lib.layers.attention as attention
+    import transformer_lib.layers.fused_attention as fused
 
     calls = []
-    real = attention.causal_attention_with_dropout
-    monkeypatch.setattr(attention, "causal_attention_with_dropout", lambda *a: calls.append(a[-1]) or real(*a))
+    real = fused.causal_attention_with_dropout
+    monkeypatch.setattr(fused, "causal_attention_with_dropout", lambda *a: calls.append(a[-1]) or real(*a))
     model = tl.GPT2(tl.GPT2Config(vocab_size=50, n_ctx=16, d_model=32, n_layers=2, n_heads=4, dropout=0.2))
     ids = torch.randint(0, 50, (3, 16))
     with tl.fast_path(model):
@@ -293,3 +294,72 @@ def test_fast_path_uses_the_cpu_attention_dropout_while_training(monkeypatch):
         model.train().loss(ids[:, :-1], ids[:, 1:]).backward()
     assert calls == [0.2, 0.2]
     assert all(p.grad is not None for n, p in model.named_parameters() if ".attn.W_" in n)
+
+
+# ---- a position scheme added from outside: the interface is all attention needs -----------------
+class ConstantBias(tl.PositionScheme):
+    """A toy scheme, defined here and nowhere in the library: a fixed score bias per head and pair
+    of positions (any table that does not depend on the input; ALiBi's is one such table)."""
+
+    def __init__(self, n_heads: int, n_ctx: int) -> None:
+        super().__init__()
+        g = torch.Generator().manual_seed(7)
+        self.register_buffer("table", 2 * torch.randn(n_heads, n_ctx, n_ctx, generator=g))
+
+    def score_bias(self, q, k, offset=0):
+        return self.table[:, offset : offset + q.shape[-2], : k.shape[-2]]  # (n_heads, seq_q, seq_k)
+
+
+def biased_reference(attn, x, bias):
+    """Causal attention with ``bias`` added to the scores, from the weights and torch's SDPA."""
+    h = attn.n_heads
+    q, k, v = (W(x).unflatten(-1, (h, -1)).transpose(1, 2) for W in (attn.W_Q, attn.W_K, attn.W_V))
+    T = x.shape[1]
+    hidden = ~torch.ones(T, T, dtype=torch.bool).tril()
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias[:, :T, :T].masked_fill(hidden, float("-inf")))
+    return attn.W_O(out.transpose(1, 2).flatten(2))
+
+
+def test_a_new_position_scheme_works_on_every_kernel_without_touching_attention():
+    torch.manual_seed(0)
+    n_heads, T = 4, 9
+    scheme = ConstantBias(n_heads, n_ctx=16)
+    attn = tl.MultiHeadAttention(32, n_heads, kind="causal", positions=scheme).eval()
+    x = torch.randn(2, T, 32)
+    expected = biased_reference(attn, x, scheme.table)
+    unbiased = biased_reference(attn, x, torch.zeros_like(scheme.table))
+    assert (expected - unbiased).abs().max() > 0.1  # the bias matters: a test that can fail
+
+    assert attn.kernel(None, None) == "explicit"
+    close(attn(x), expected)
+    attn.use_sdpa = True
+    assert attn.kernel(None, None) == "fused"
+    close(attn(x), expected)
+    # "sdpa": with a KV cache, 5 positions then 4 (the bias rows of the new queries: offset 5)
+    cache = LayerKVCache()
+    assert attn.kernel(None, cache) == "sdpa"
+    first = attn(x[:, :5], kv_cache=cache)
+    close(torch.cat([first, attn(x[:, 5:], kv_cache=cache)], dim=1), expected)
+    # and the explicit kernel with the cache
+    attn.use_sdpa = False
+    cache = LayerKVCache()
+    close(torch.cat([attn(x[:, :5], kv_cache=cache), attn(x[:, 5:], kv_cache=cache)], dim=1), expected)
+
+
+def test_a_new_position_scheme_joins_the_models_through_the_registry(monkeypatch):
+    """One line in POSITIONALS: a GPT-2 with the scheme, its fast path and its KV cache agree."""
+    from transformer_lib.layers import position_registry
+
+    monkeypatch.setitem(position_registry.POSITIONALS, "constant_bias",
+                        lambda c: (None, ConstantBias(c.n_heads, c.n_ctx)))
+    torch.manual_seed(0)
+    model = tl.GPT2(tl.GPT2Config(vocab_size=50, n_ctx=16, d_model=32, n_layers=2, n_heads=4,
+                                  positional="constant_bias")).eval()
+    ids = torch.randint(0, 50, (2, 12))
+    logits = model(ids)
+    with tl.fast_path(model, attention=True):
+        close(model(ids), logits)
+    cache = tl.KVCache(n_layers=2)
+    steps = [model(ids[:, :7], kv_cache=cache)]
+    steps += [model(ids[:, t : t + 1], kv_cache=cache) for t in range(7, 12)]
+    close(torch.cat(steps, dim=1), logits)

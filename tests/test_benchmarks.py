@@ -16,6 +16,7 @@ from benchmarks.reference import from_library
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.slow
 def test_quick_run_prints_the_tables_and_writes_the_results(tmp_path):
     """The whole code path on small sizes (about 20 s): every section, the files, the table."""
     run = subprocess.run([sys.executable, "-m", "benchmarks", "--quick", "--threads", "1", "--out", str(tmp_path)],
@@ -45,6 +46,7 @@ def test_quick_run_prints_the_tables_and_writes_the_results(tmp_path):
         assert "Skipped: no CUDA device" in run.stdout
 
 
+@pytest.mark.slow
 def test_bad_arguments_are_named():
     run = subprocess.run([sys.executable, "-m", "benchmarks", "--repeats", "0"], cwd=ROOT, capture_output=True, text=True)
     assert run.returncode == 2 and "--repeats must be >= 1, got 0" in run.stderr
@@ -63,6 +65,7 @@ def test_plain_reference_computes_what_the_library_computes(ffn):
         from_library(tl.GPT2(tl.GPT2Config(vocab_size=65, n_ctx=32, d_model=64, n_layers=1, n_heads=4, norm="rmsnorm")))
 
 
+@pytest.mark.slow
 def test_the_yardstick_is_nanogpts_code_path(monkeypatch):
     """What nanoGPT's model.py runs: one c_attn product, is_causal SDPA, exact GELU, no value read back."""
     from torch import nn
@@ -141,6 +144,7 @@ def test_update_readme_fills_the_block(tmp_path):
     assert not report.update_readme(readme, tmp_path / "empty")
 
 
+@pytest.mark.slow
 def test_gpu_section_runs_on_stand_in_sizes(monkeypatch):
     """The GPU section's code path on the CPU (CI has no GPU): tiny stand-ins for GPT-2 small and
     shakespeare_char, a batch that "does not fit" until it is halved twice, the MFU from an H100's

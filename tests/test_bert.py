@@ -121,6 +121,7 @@ def test_cramming_recipe(positional):
         model(ids, token_type_ids=torch.zeros_like(ids))
 
 
+@pytest.mark.slow
 def test_original_recipe_is_post_norm_with_token_types():
     model = tiny_bert()
     assert model.config.norm_position == "post" and isinstance(model.norm_f, torch.nn.Identity)

@@ -86,7 +86,7 @@ def test_pre_norm_and_post_norm_differ():
 
 def test_block_with_rmsnorm_rope_swiglu():
     rope = tl.RotaryEmbedding(D // H, 16)
-    block = tl.TransformerBlock(D, H, norm="rmsnorm", ffn="swiglu", bias=False, rope=rope, ffn_multiple_of=16)
+    block = tl.TransformerBlock(D, H, norm="rmsnorm", ffn="swiglu", bias=False, positions=rope, ffn_multiple_of=16)
     assert isinstance(block.norm_1, tl.RMSNorm) and isinstance(block.ffn, tl.GatedFeedForward)
     assert not any(name.endswith("bias") for name, _ in block.named_parameters())
     assert block(torch.randn(2, 5, D)).shape == (2, 5, D)

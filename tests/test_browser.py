@@ -40,7 +40,7 @@ def _why_not() -> str | None:
 _reason = _why_not()
 if _reason and (REQUIRED or (os.environ.get("CI") and "not built" in _reason)):
     raise RuntimeError(f"browser test required here, but {_reason}")  # a collection error, not a skip
-pytestmark = pytest.mark.skipif(_reason is not None, reason=_reason or "")
+pytestmark = [pytest.mark.browser, pytest.mark.skipif(_reason is not None, reason=_reason or "")]
 
 
 # ---- the site and the browser --------------------------------------------------------------------

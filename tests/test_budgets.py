@@ -36,12 +36,14 @@ def spin(seconds: float) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-c", f"import time\nend = time.time() + {seconds}\nwhile time.time() < end: pass"])
 
 
+@pytest.mark.slow
 @linux
 def test_cpu_seconds_count_work_not_waiting():
     cpu, wall = cpu_of_child(work=3_000_000, sleep=1.0)
     assert wall > 1.0 and cpu < wall - 0.7, f"{cpu:.2f} CPU s of {wall:.2f} wall s: the sleep was counted"
 
 
+@pytest.mark.slow
 @linux
 def test_load_stretches_the_wall_clock_but_not_the_cpu_time():
     quiet, _ = cpu_of_child(work=20_000_000)

@@ -38,6 +38,7 @@ def test_mlm_collator_fallback_choice_follows_the_batch_device():
     assert all_on_cpu(out) and (out["labels"] != tl.IGNORE_INDEX).sum() >= 1
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("llama", [False, True], ids=["gpt2", "llama"])
 @pytest.mark.parametrize("use_cache", [True, False])
 def test_generate_follows_the_input_device(llama, use_cache):
@@ -78,6 +79,7 @@ def test_batches_follow_the_generator_device():
     assert all_on_cpu(out) and all(torch.equal(a, b) for a, b in zip(out, expected))  # the same windows
 
 
+@pytest.mark.slow
 def test_training_follows_the_model_device():
     """tl.train (TrainStep, the evaluations, the batches) creates nothing on the default device."""
     data = torch.randint(0, 50, (5000,), generator=torch.Generator().manual_seed(0))

@@ -29,6 +29,7 @@ def test_embeddings_are_scaled_by_sqrt_d_model_plus_sinusoids():
     close(model.src_embed(ids, "src_ids"), expected)
 
 
+@pytest.mark.slow
 def test_loss_is_teacher_forced_cross_entropy_and_trains_with_the_default_loss_fn():
     model = tiny(dropout=0.0)
     src, tgt = torch.randint(0, 40, (3, 9)), torch.randint(0, 30, (3, 7))
@@ -85,6 +86,7 @@ def test_shared_embeddings_and_pre_norm():
     assert isinstance(model.encoder_norm, tl.LayerNorm) and isinstance(model.decoder_norm, tl.LayerNorm)
 
 
+@pytest.mark.slow
 def test_greedy_generate_equals_argmax_loop():
     model = tiny()
     src = torch.randint(0, 40, (3, 9))
@@ -95,6 +97,7 @@ def test_greedy_generate_equals_argmax_loop():
     assert torch.equal(out, tgt)
 
 
+@pytest.mark.slow
 def test_generate_is_deterministic_even_in_training_mode():
     model = tiny(dropout=0.3).train()
     src = torch.randint(0, 40, (2, 9))

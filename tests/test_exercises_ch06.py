@@ -181,6 +181,7 @@ def count(vocab_size, n_ctx, d_model, n_layers, tied=True, *, linear_bias=True, 
     return total
 
 
+@pytest.mark.slow
 def test_num_parameters_right_answer_passes(capsys):
     assert ex.check_gpt2_num_parameters(count).passed is True
     out = capsys.readouterr().out

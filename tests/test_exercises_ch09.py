@@ -124,6 +124,7 @@ def greedy_row_by_row(model, src, bos, eos, new):
     return torch.tensor(rows)
 
 
+@pytest.mark.slow
 def test_check_model_makes_the_mistakes_distinguishable():
     model, src = ex.greedy_check_model()
     bos, eos, new = ex.GREEDY_BOS, ex.GREEDY_EOS, ex.GREEDY_NEW
@@ -146,16 +147,19 @@ def test_check_model_leaves_the_global_random_state_alone():
     assert torch.equal(torch.rand(3), expected)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fn", [greedy_full_forward, greedy_row_by_row], ids=["full-forward", "row-by-row"])
 def test_greedy_right_answers_pass(fn, capsys):
     assert ex.check_greedy_decode(fn).passed is True
     assert "Correct" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_greedy_library_generate_passes():
     assert ex.check_greedy_decode(lambda m, s, b, e, n: m.generate(s, b, n, e)).passed is True
 
 
+@pytest.mark.slow
 def test_greedy_stub_is_pending(capsys):
     def stub(model, src_ids, bos_id, eos_id, max_new_tokens):
         raise NotImplementedError
@@ -212,11 +216,13 @@ def greedy_mistake(kind):
         ("rows shuffled", r"other tokens than greedy decoding(.|\n)*Expected:"),
     ],
 )
+@pytest.mark.slow
 def test_greedy_mistakes_are_named(kind, hint):
     with pytest.raises(ExerciseFailed, match=hint):
         ex.check_greedy_decode(greedy_mistake(kind))
 
 
+@pytest.mark.slow
 def test_greedy_wrong_types_and_shapes():
     with pytest.raises(ExerciseFailed, match="integer token ids"):
         ex.check_greedy_decode(lambda m, s, b, e, n: greedy_full_forward(m, s, b, e, n).float())

@@ -72,6 +72,7 @@ def run_both(model, path, *ids):
     return got, expected
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(models()))
 def test_onnx_matches_pytorch_at_every_length(name, tmp_path):
     """One exported graph for all lengths 1..n_ctx: logits and every attention map equal PyTorch's."""
@@ -94,6 +95,7 @@ def test_onnx_matches_pytorch_at_every_length(name, tmp_path):
             assert attention.triu(1).abs().max() == 0
 
 
+@pytest.mark.slow
 def test_export_copies_leave_the_model_alone(tmp_path):
     model = models()["gpt2"].train()
     before = {k: v.clone() for k, v in model.state_dict().items()}
@@ -101,6 +103,7 @@ def test_export_copies_leave_the_model_alone(tmp_path):
     assert model.training and all(torch.equal(before[k], v) for k, v in model.state_dict().items())
 
 
+@pytest.mark.slow
 def test_export_for_browser_writes_the_panels_folder(tmp_path, monkeypatch):
     monkeypatch.setenv(tl.export.EXPORT_DIR_VARIABLE, str(tmp_path))
     model = models()["bert"]
@@ -134,6 +137,7 @@ def test_export_for_browser_errors(tmp_path):
         live_panel("ch07-gpt")
 
 
+@pytest.mark.slow
 def test_export_for_browser_refuses_a_file_that_differs(tmp_path, monkeypatch):
     """A wrong ONNX file is never published: no browser.json, and an error that says why."""
     import transformer_lib.export as export

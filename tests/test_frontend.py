@@ -53,7 +53,7 @@ def _why_not() -> str | None:
 _reason = _why_not()
 if _reason and REQUIRED:
     raise RuntimeError(f"front-end test required here, but {_reason}")  # a collection error, not a skip
-pytestmark = pytest.mark.skipif(_reason is not None, reason=_reason or "")
+pytestmark = [pytest.mark.frontend, pytest.mark.skipif(_reason is not None, reason=_reason or "")]
 
 
 # ---- a stand-in notebook: a small model that trains for about ten seconds ------------------------

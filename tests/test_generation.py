@@ -9,6 +9,7 @@ import transformer_lib as tl
 from .conftest import LLAMA_STYLE, close, tiny_gpt2
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("overrides", [{}, LLAMA_STYLE, {"positional": "sinusoidal", "use_sdpa": True}])
 @pytest.mark.parametrize("do_sample", [False, True])
 def test_kv_cache_generation_equals_full_recomputation(overrides, do_sample):
@@ -23,6 +24,7 @@ def test_kv_cache_generation_equals_full_recomputation(overrides, do_sample):
     assert torch.equal(cached[:, :5], prompt)
 
 
+@pytest.mark.slow
 def test_cached_logits_equal_full_logits():
     model = tiny_gpt2(**LLAMA_STYLE)
     ids = torch.randint(0, 97, (2, 12))
@@ -126,6 +128,7 @@ def _hf_tiny_gpt2():
     return hf, tl.gpt2_from_hf(hf)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("num_beams, length_penalty, early_stopping, eos", [
     (4, 1.0, False, 3), (3, 0.6, False, 3), (4, 0.0, True, 3), (5, -1.0, False, 3), (2, 2.0, False, None),
 ])
@@ -145,6 +148,7 @@ def test_beam_search_equals_hugging_face(num_beams, length_penalty, early_stoppi
         assert ended_early, "no hypothesis ended at EOS: the EOS path was not exercised"
 
 
+@pytest.mark.slow
 def test_beam_search_with_enough_beams_is_exhaustive_search():
     """With vocab^(n-1) beams every prefix survives, so the result is the most probable sequence."""
     torch.manual_seed(0)
@@ -160,6 +164,7 @@ def test_beam_search_with_enough_beams_is_exhaustive_search():
         assert torch.equal(out[row], tgt[total.argmax()])
 
 
+@pytest.mark.slow
 def test_one_beam_is_greedy():
     model = tiny_gpt2()
     prompt = torch.randint(0, 97, (2, 4), generator=torch.Generator().manual_seed(0))

@@ -96,6 +96,7 @@ def test_rope_model_is_invariant_to_left_padding():
     close(model(padded, attention_mask=keep)[:, 4:], model(ids), atol=1e-5, rtol=1e-4)
 
 
+@pytest.mark.slow
 def test_forward_mutates_no_parameter_or_buffer():
     for overrides in ({}, LLAMA_STYLE, {"positional": "sinusoidal"}):
         model = tiny_gpt2(dropout=0.1, **overrides).train()
@@ -126,6 +127,7 @@ def test_tied_weights_are_one_tensor_and_save_vocab_times_d_model():
     assert tied.token_embedding.weight.grad is tied.lm_head.weight.grad
 
 
+@pytest.mark.slow
 def test_parameter_count_of_gpt2_small():
     model = tl.GPT2(tl.GPT2Config())
     hf_count = sum(p.numel() for p in transformers.GPT2LMHeadModel(transformers.GPT2Config()).parameters())
@@ -150,7 +152,7 @@ def test_llama_style_decoder_is_built_from_the_same_parts():
     model = tiny_gpt2(**LLAMA_STYLE)
     assert model.position_embedding is None and isinstance(model.rope, tl.RotaryEmbedding)
     assert isinstance(model.norm_f, tl.RMSNorm) and isinstance(model.blocks[0].ffn, tl.GatedFeedForward)
-    assert model.blocks[0].attn.rope is model.rope
+    assert model.blocks[0].attn.positions is model.rope is model.positions
     assert not any(n.endswith("bias") for n, _ in model.named_parameters())
     assert model.lm_head.weight is not model.token_embedding.weight
 
@@ -270,6 +272,7 @@ def padded_copy(model: tl.GPT2, multiple: int = 64) -> tl.GPT2:
     return padded
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("overrides", [{}, {"tie_weights": False}])
 def test_padded_vocabulary_changes_nothing_but_the_table_size(overrides):
     model = tiny_gpt2(**overrides)
@@ -324,6 +327,7 @@ def test_token_id_check_in_the_hot_path():
         check_token_ids("input_ids", meta, 97)
 
 
+@pytest.mark.slow
 def test_compiled_model_has_one_graph_and_still_refuses_bad_ids():
     import torch._dynamo
 

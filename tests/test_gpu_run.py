@@ -12,6 +12,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 DATA = Path(os.environ.get("TFS_DATA_DIR") or ROOT.parent / "shared" / "data")
 needs_data = pytest.mark.skipif(not (DATA / "tinyshakespeare.txt").exists(), reason="no offline data")
+pytestmark = pytest.mark.slow  # every test runs a script
 
 
 def gpu_run(tmp_path, *args, gpu_dir=None):

@@ -70,7 +70,7 @@ def _why_not() -> str | None:
 _reason = _why_not()
 if _reason and (REQUIRED or (os.environ.get("CI") and "not built" in _reason)):
     raise RuntimeError(f"live-model browser test required here, but {_reason}")  # a collection error
-pytestmark = pytest.mark.skipif(_reason is not None, reason=_reason or "")
+pytestmark = [pytest.mark.browser, pytest.mark.skipif(_reason is not None, reason=_reason or "")]
 PANELS = _panels() if _reason is None else []
 RESULTS: dict[str, dict] = {}
 

@@ -3,11 +3,13 @@
 import re
 from pathlib import Path
 
+import pytest
 import torch
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 
 
+@pytest.mark.slow
 def test_readme_python_example_runs(capsys):
     blocks = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
     assert blocks, "README has no python example"

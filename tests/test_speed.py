@@ -12,6 +12,7 @@ from transformer_lib.training import TrainStep
 from .conftest import tiny_gpt2
 
 
+@pytest.mark.slow
 def test_flops_per_token_of_gpt2_small():
     model = tl.GPT2(tl.GPT2Config())
     # 124,439,808 parameters less the 1024 x 768 position table (a lookup, not a matrix product);
@@ -75,6 +76,7 @@ def make_step(use_sdpa: bool, batch: int = 4):
     return model, step, lambda: step(batches(), 1e-3)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("use_sdpa", [False, True])
 def test_profile_puts_time_in_every_part_of_a_step(use_sdpa):
     model, _, run = make_step(use_sdpa)
@@ -87,6 +89,7 @@ def test_profile_puts_time_in_every_part_of_a_step(use_sdpa):
     assert not any(m._forward_hooks or m._forward_pre_hooks for m in model.modules())  # hooks removed
 
 
+@pytest.mark.slow
 def test_peak_memory_counts_the_state_and_grows_with_the_batch():
     model, step, run_small = make_step(False, batch=2)
     state_bytes = 4 * 4 * sum(p.numel() for p in model.parameters())  # fp32 weights, gradients, 2 Adam moments
@@ -105,6 +108,7 @@ def test_machine_description():
 # ---- the fast path ---------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("overrides", [{}, {"norm": "rmsnorm", "ffn": "swiglu", "positional": "rope", "ffn_multiple_of": 16},
                                        {"ffn": "gelu", "dropout": 0.0}, {"ffn": "relu"}])
 def test_fast_path_computes_the_same_function_and_gradients(overrides):

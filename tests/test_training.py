@@ -33,6 +33,7 @@ def test_inverse_sqrt_schedule_is_the_papers():
     assert max(lrs) == lrs[9] == 1.0 and lrs[39] == pytest.approx(math.sqrt(10 / 40))
 
 
+@pytest.mark.slow
 def test_train_uses_the_chosen_schedule_and_adam_eps():
     model = tiny_gpt2()
     data = torch.randint(0, 97, (2000,))
@@ -93,6 +94,7 @@ def toy_task(seed=0):
     return tl.BatchSampler(data, batch_size=8, block_size=16, seed=seed)
 
 
+@pytest.mark.slow
 def test_training_lowers_the_loss_and_records_history():
     model = tiny_gpt2(vocab_size=7, n_ctx=16)
     config = tl.TrainConfig(max_steps=60, lr=3e-3, warmup_steps=5, eval_interval=20, eval_steps=2, progress=False, device="cpu")
@@ -173,6 +175,7 @@ def test_mixed_precision_on_gpus(monkeypatch, capability, expected):
     assert mixed_precision_dtype("cpu") is None
 
 
+@pytest.mark.slow
 def test_loop_is_as_fast_as_a_plain_loop():
     """The library loop may not be slower than the hand-written nanoGPT-style loop it replaces."""
     threads = torch.get_num_threads()
@@ -223,6 +226,7 @@ def test_fused_optimizer_options():
             tl.TrainConfig(**{name: "yes"})
 
 
+@pytest.mark.slow
 def test_fast_path_while_training_only():
     seen = []
 
@@ -241,6 +245,7 @@ def test_fast_path_while_training_only():
     assert switches(model) == [False] * 9
 
 
+@pytest.mark.slow
 def test_fast_options_train_to_the_same_losses():
     """Fused kernels and fused AdamW round differently, nothing more: the same run, the same losses."""
     histories = []
@@ -253,6 +258,7 @@ def test_fast_options_train_to_the_same_losses():
     assert histories[1] == pytest.approx(histories[0], rel=1e-3)
 
 
+@pytest.mark.slow
 def test_compile_compiles_the_models_forward(monkeypatch):
     """``compile=True`` must trace the model itself: ``torch.compile(model).loss`` would run it uncompiled."""
     import torch._dynamo
@@ -278,6 +284,7 @@ def test_compile_compiles_the_models_forward(monkeypatch):
     assert len(linears) == 2 * 6 + 1  # W_Q, W_K, W_V, W_O, W_in, W_out per layer, and the head
 
 
+@pytest.mark.slow
 def test_step_reads_back_nothing_but_the_id_checks():
     """No ``.item()`` per step (a GPU sync): on the CPU only the checks of the token ids and of the targets
     read two numbers each (free there; on a GPU inside ``hot_path`` they are device-side asserts)."""

@@ -61,6 +61,7 @@ def test_every_button_then_every_step_shows_that_pair(fig):
             assert (layout["shapes[0].y0"], layout["shapes[0].y1"]) == (2 * i - 0.5, 2 * i + 1.5)
 
 
+@pytest.mark.slow
 def test_size_of_the_default_figure_is_reasonable():
     size = len(pio.to_json(positional_waves_explorer()))
     assert size < 1_000_000, size

@@ -2,6 +2,7 @@
 
 import re
 
+import pytest
 import torch
 
 import transformer_lib as tl
@@ -18,6 +19,7 @@ def test_loss_figure_has_train_val_and_target():
     assert "text/html" in bundle and "Plotly.newPlot" in bundle["text/html"]
 
 
+@pytest.mark.slow
 def test_live_plot_collects_history_and_samples_without_ipython():
     data = torch.arange(2000) % 7
     live = LiveLossPlot(sample=lambda model: "sample text", sample_interval=2)
@@ -63,6 +65,7 @@ def test_progress_text_counts_steps_and_time_left():
         "trained 1,000 steps in 1 min 35 s (10.5 steps/s) · train loss 2.123, validation 2.200")
 
 
+@pytest.mark.slow
 def test_on_step_sees_every_step_and_the_time():
     class Steps(tl.Callback):
         def __init__(self):

@@ -33,6 +33,7 @@ def runs(workflow: dict) -> str:
     return "\n".join(step.get("run", "") for step in steps(workflow))
 
 
+@pytest.mark.slow
 def test_workflows_lint_clean():
     linter = shutil.which("check-jsonschema", path=str(Path(sys.executable).parent)) or shutil.which("check-jsonschema")
     if linter is None:

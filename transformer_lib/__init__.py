@@ -6,10 +6,10 @@ Where each piece is taught:
 chapter                                     module
 ==========================================  =======================================================
 1  Tokens, embeddings and logits            ``data.tokenizers``, ``layers.embedding``, ``losses``
-2  Attention                                ``layers.attention``, ``layers.masks``
+2  Attention                                ``layers.attention``, ``layers.masks``, ``layers.attention_checks``
 3  Feed-forward networks                    ``layers.feedforward``
 4  Normalization and residuals              ``layers.normalization``, ``layers.block``
-5  Positional encodings                     ``layers.positions``
+5  Positional encodings                     ``layers.positions``, ``layers.position_registry``
 6  Weight tying                             ``models.gpt2`` (``tie_weights``), ``params``
 7  GPT-2                                    ``data.datasets``, ``data.batches``, ``training``, ``models.gpt2``, ``init``, ``generation``, ``layers.kv_cache``
 8  BERT                                     ``models.bert``, ``data.mlm``
@@ -17,7 +17,8 @@ chapter                                     module
 10 Putting it together (LLaMA-style)        ``config`` (``norm="rmsnorm"``, ``positional="rope"``, ``ffn="swiglu"``)
 6-10 (what training measured per device)   ``measurements``
 7-10 (the trained model in the browser)    ``export`` (safetensors, ONNX), ``viz.live``
-11 Making it fast                           ``speed`` (``fast_path``, FLOPs, MFU, profiles), ``training.TrainStep``
+11 Making it fast                           ``speed`` (``fast_path``, FLOPs, MFU, profiles), ``training.TrainStep``,
+                                            ``layers.fused_attention``
 12 Scaling out                              ``distributed`` (DDP, FSDP under torchrun), ``checkpoints`` (resuming)
 ==========================================  =======================================================
 """
@@ -34,6 +35,7 @@ from .layers import (
     LayerNorm,
     LearnedPositionalEmbedding,
     MultiHeadAttention,
+    PositionScheme,
     RMSNorm,
     RotaryEmbedding,
     ScaledSinusoidalPositionalEncoding,
@@ -66,7 +68,7 @@ __version__ = "0.3.0"
 __all__ = [
     "BERT", "BERTConfig", "BatchSampler", "Callback", "CharTokenizer", "MLMCollator", "TrainConfig", "TrainState", "TrainStep", "DecoderBlock", "EncoderDecoder", "EncoderDecoderConfig", "FeedForward",
     "GPT2", "GPT2Config", "GatedFeedForward", "IGNORE_INDEX", "KVCache", "LayerNorm",
-    "LearnedPositionalEmbedding", "MultiHeadAttention", "RMSNorm", "RotaryEmbedding",
+    "LearnedPositionalEmbedding", "MultiHeadAttention", "PositionScheme", "RMSNorm", "RotaryEmbedding",
     "ScaledSinusoidalPositionalEncoding", "SinusoidalPositionalEncoding", "TokenEmbedding", "TransformerBlock", "TransformerConfig",
     "auto_device", "bert_from_hf", "get_batch", "load_checkpoint", "lr_at", "inverse_sqrt_lr", "transformer_peak_lr", "save_checkpoint", "train", "train_val_split", "capture_attention", "causal_lm_loss", "fast_path", "set_cpu_threads", "speed", "checkpoints", "distributed", "causal_mask", "combine_masks", "count_parameters",
     "beam_search", "gated_hidden_size", "generate", "gpt2_from_hf", "gpt2_tokenizer", "hub_reachable", "init_weights_", "load_tiny_shakespeare", "make_ffn", "make_norm", "masked_lm_loss",

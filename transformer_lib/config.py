@@ -13,7 +13,7 @@ from ._checks import check_bool, check_choice, check_divisible, check_int, check
 from .layers.block import NORM_POSITIONS
 from .layers.feedforward import FFN_KINDS
 from .layers.normalization import NORMS
-from .layers.positions import POSITIONALS
+from .layers.position_registry import POSITIONALS
 
 
 # Hugging Face's and nanoGPT's names for the settings -> ours (a config given theirs says so)
@@ -54,7 +54,7 @@ class TransformerConfig:
     norm: str = "layernorm"  # layernorm | rmsnorm
     norm_position: str = "pre"  # pre | post
     norm_eps: float = 1e-5
-    positional: str = "learned"  # learned | sinusoidal | scaled_sinusoidal | rope | none
+    positional: str = "learned"  # a name in layers/position_registry.py: learned, sinusoidal, rope, ...
     rope_base: float = 10000.0
     dropout: float = 0.0
     bias: bool = True  # biases in the linear layers and LayerNorms

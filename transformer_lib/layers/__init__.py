@@ -9,6 +9,7 @@ from .masks import causal_mask, combine_masks, padding_mask
 from .normalization import LayerNorm, RMSNorm, make_norm
 from .positions import (
     LearnedPositionalEmbedding,
+    PositionScheme,
     RotaryEmbedding,
     ScaledSinusoidalPositionalEncoding,
     SinusoidalPositionalEncoding,
@@ -17,7 +18,7 @@ from .positions import (
 
 __all__ = [
     "DecoderBlock", "FeedForward", "GatedFeedForward", "KVCache", "LayerKVCache", "LayerNorm",
-    "LearnedPositionalEmbedding", "MultiHeadAttention", "RMSNorm", "RotaryEmbedding",
+    "LearnedPositionalEmbedding", "MultiHeadAttention", "PositionScheme", "RMSNorm", "RotaryEmbedding",
     "ScaledSinusoidalPositionalEncoding", "SinusoidalPositionalEncoding", "TokenEmbedding", "TransformerBlock", "capture_attention",
     "causal_mask", "combine_masks", "gated_hidden_size", "gelu", "gelu_tanh", "make_ffn", "make_norm",
     "padding_mask", "relu", "scaled_dot_product_attention", "silu", "sinusoidal_encoding",

@@ -16,6 +16,7 @@ from .attention import MultiHeadAttention
 from .feedforward import make_ffn
 from .kv_cache import LayerKVCache
 from .normalization import make_norm
+from .positions import PositionScheme
 
 NORM_POSITIONS = ("pre", "post")
 
@@ -41,7 +42,7 @@ class TransformerBlock(_Residual):
         norm: ``"layernorm"`` or ``"rmsnorm"``; ``norm_position``: ``"pre"`` or ``"post"``.
         ffn: ``"relu" | "gelu" | "gelu_tanh" | "silu" | "swiglu" | "geglu"``.
         dropout: on attention weights and on each sublayer's output before the residual add.
-        rope: a shared :class:`RotaryEmbedding`, or None.
+        positions: a :class:`PositionScheme` shared by every attention layer (RoPE), or None.
         use_sdpa: use the fused ``F.scaled_dot_product_attention`` path.
     """
 
@@ -59,7 +60,7 @@ class TransformerBlock(_Residual):
         ffn_multiple_of: int = 64,
         dropout: float = 0.0,
         bias: bool = True,
-        rope: nn.Module | None = None,
+        positions: PositionScheme | None = None,
         use_sdpa: bool = False,
     ) -> None:
         super().__init__()
@@ -68,9 +69,8 @@ class TransformerBlock(_Residual):
         check_prob("dropout", dropout)
         self.norm_position = norm_position
         self.norm_1 = make_norm(norm, d_model, norm_eps, bias)
-        self.attn = MultiHeadAttention(
-            d_model, n_heads, kind=attn_kind, dropout=dropout, bias=bias, rope=rope, use_sdpa=use_sdpa
-        )
+        self.attn = MultiHeadAttention(d_model, n_heads, kind=attn_kind, dropout=dropout, bias=bias,
+                                       positions=positions, use_sdpa=use_sdpa)
         self.norm_2 = make_norm(norm, d_model, norm_eps, bias)
         self.ffn = make_ffn(ffn, d_model, d_ff, multiple_of=ffn_multiple_of, bias=bias)
         self.drop = nn.Dropout(dropout)
@@ -100,7 +100,7 @@ class DecoderBlock(_Residual):
         ffn_multiple_of: int = 64,
         dropout: float = 0.0,
         bias: bool = True,
-        rope: nn.Module | None = None,
+        positions: PositionScheme | None = None,
         use_sdpa: bool = False,
     ) -> None:
         super().__init__()
@@ -108,9 +108,8 @@ class DecoderBlock(_Residual):
         check_prob("dropout", dropout)
         self.norm_position = norm_position
         self.norm_1 = make_norm(norm, d_model, norm_eps, bias)
-        self.self_attn = MultiHeadAttention(
-            d_model, n_heads, kind="causal", dropout=dropout, bias=bias, rope=rope, use_sdpa=use_sdpa
-        )
+        self.self_attn = MultiHeadAttention(d_model, n_heads, kind="causal", dropout=dropout, bias=bias,
+                                            positions=positions, use_sdpa=use_sdpa)
         self.norm_2 = make_norm(norm, d_model, norm_eps, bias)
         self.cross_attn = MultiHeadAttention(d_model, n_heads, kind="cross", dropout=dropout,
                                              bias=bias, use_sdpa=use_sdpa)

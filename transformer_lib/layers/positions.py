@@ -5,7 +5,8 @@ Taught in chapter 5, *Positional encodings* (``book/05_positions.ipynb``).
 Attention alone is permutation-equivariant: shuffle the tokens and the outputs shuffle the
 same way. Sinusoidal and learned encodings *add* a position vector to each token embedding;
 RoPE instead *rotates* queries and keys so that their dot product depends only on the
-offset between positions.
+offset between positions. A scheme that acts inside attention is a :class:`PositionScheme`;
+``position_registry.py`` maps ``config.positional``'s names to what each builds.
 """
 
 from __future__ import annotations
@@ -14,8 +15,6 @@ import torch
 from torch import Tensor, nn
 
 from .._checks import check_int, check_positive
-
-POSITIONALS = ("learned", "sinusoidal", "scaled_sinusoidal", "rope", "none")
 
 
 def _check_positions(seq_len: int, offset: int, n_positions: int) -> None:
@@ -44,6 +43,30 @@ def sinusoidal_encoding(n_positions: int, d_model: int, base: float = 10000.0) -
     pe[:, 0::2] = torch.sin(pos * freq)
     pe[:, 1::2] = torch.cos(pos * freq)
     return pe.float()
+
+
+class PositionScheme(nn.Module):
+    """How positions act inside attention; this base class: not at all. Defined in chapter 5.
+
+    Every attention kernel (chapter 2's written-out one, ``F.scaled_dot_product_attention``,
+    chapter 11's fused one) calls both hooks, so a new scheme overrides them and nothing else:
+    ``rotate`` turns the queries and keys before the scores (RoPE); ``score_bias`` returns a
+    tensor added to the scores ``q k^T / sqrt(d_head)``, broadcastable to ``(batch, n_heads,
+    seq_q, seq_k)``, or None. Query ``i`` sits at position ``offset + i`` (``offset``: positions
+    already in a KV cache, chapter 7). Tables added to the token embeddings (learned, sinusoidal)
+    act before attention, so inside it they are this base class.
+    """
+
+    def check_fits(self, n_heads: int, d_head: int) -> None:
+        """Raise a ValueError if attention with ``n_heads`` heads of width ``d_head`` cannot use it."""
+
+    def rotate(self, q: Tensor, k: Tensor, offset: int = 0) -> tuple[Tensor, Tensor]:
+        """``q``, ``k``: ``(batch, n_heads, seq, d_head)`` of the new positions ``offset ..``."""
+        return q, k
+
+    def score_bias(self, q: Tensor, k: Tensor, offset: int = 0) -> Tensor | None:
+        """``k``: every key attended to (the cached ones first), key ``j`` at position ``j``."""
+        return None
 
 
 class SinusoidalPositionalEncoding(nn.Module):
@@ -93,13 +116,14 @@ class LearnedPositionalEmbedding(nn.Module):
         return self.weight[offset : offset + seq_len]
 
 
-class RotaryEmbedding(nn.Module):
+class RotaryEmbedding(PositionScheme):
     """Rotary position embedding (Su et al. 2021), applied to queries and keys. Defined in chapter 5.
 
     Each pair of features ``(x[2i], x[2i+1])`` at position ``m`` is rotated by the angle
     ``m * theta_i`` with ``theta_i = base^(-2i/head_dim)``. Rotating ``q`` by ``m`` and ``k`` by
     ``n`` makes ``q . k`` a function of ``m - n`` only. (Hugging Face's LLaMA pairs feature
-    ``i`` with ``i + head_dim/2`` instead: the same rotation on permuted features.)
+    ``i`` with ``i + head_dim/2`` instead: the same rotation on permuted features.) As a
+    :class:`PositionScheme` it rotates attention's queries and keys and adds no score bias.
     """
 
     def __init__(self, head_dim: int, n_positions: int, base: float = 10000.0) -> None:
@@ -131,3 +155,12 @@ class RotaryEmbedding(nn.Module):
         x1, x2 = x[..., 0::2], x[..., 1::2]  # the two coordinates of each 2-D pair
         rotated = torch.stack((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1)  # (..., seq, head_dim/2, 2)
         return rotated.flatten(-2)
+
+    def rotate(self, q: Tensor, k: Tensor, offset: int = 0) -> tuple[Tensor, Tensor]:
+        """The queries and keys of every head, each rotated by its position."""
+        return self(q, offset), self(k, offset)
+
+    def check_fits(self, n_heads: int, d_head: int) -> None:
+        if self.head_dim != d_head:
+            raise ValueError(f"the rotary embedding's head_dim ({self.head_dim}) must equal "
+                             f"d_model / n_heads ({d_head})")

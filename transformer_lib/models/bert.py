@@ -26,9 +26,9 @@ from ..params import count_parameters
 from ..layers.feedforward import ACTIVATIONS
 from ..layers.masks import padding_mask
 from ..layers.normalization import make_norm
+from ..layers.position_registry import make_positions
 from ..losses import IGNORE_INDEX, masked_lm_loss
 from ._hub import hf_activation, load_hf_model
-from .gpt2 import make_positions
 
 
 @dataclass
@@ -93,12 +93,13 @@ class BERT(nn.Module):
         self.config = config
         d = config.d_model
         self.token_embedding = TokenEmbedding(config.vocab_size, d)
-        self.position_embedding, self.rope = make_positions(config)
+        self.position_embedding, self.positions = make_positions(config)
         self.token_type_embedding = TokenEmbedding(config.type_vocab_size, d) if config.type_vocab_size else None
         self.embedding_norm = make_norm(config.norm, d, config.norm_eps, config.bias) if config.embedding_norm else nn.Identity()
         self.drop = nn.Dropout(config.dropout)
         self.blocks = nn.ModuleList(
-            TransformerBlock(**config.block_kwargs(), attn_kind="bidirectional", rope=self.rope) for _ in range(config.n_layers)
+            TransformerBlock(**config.block_kwargs(), attn_kind="bidirectional", positions=self.positions)
+            for _ in range(config.n_layers)
         )
         self.norm_f = make_norm(config.norm, d, config.norm_eps, config.bias) if config.norm_position == "pre" else nn.Identity()
         self.mlm_head = MLMHead(config)

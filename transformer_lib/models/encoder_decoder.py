@@ -25,9 +25,9 @@ from ..layers.embedding import TokenEmbedding
 from ..params import count_parameters
 from ..layers.masks import padding_mask
 from ..layers.normalization import make_norm
+from ..layers.position_registry import make_positions
 from ..generation import beam_search
 from ..losses import causal_lm_loss
-from .gpt2 import make_positions
 
 
 @dataclass
@@ -73,7 +73,7 @@ class _Embed(nn.Module):
     def __init__(self, config: EncoderDecoderConfig, vocab_size: int, token_embedding: TokenEmbedding | None = None):
         super().__init__()
         self.token_embedding = token_embedding or TokenEmbedding(vocab_size, config.d_model)
-        self.position_embedding, self.rope = make_positions(config)
+        self.position_embedding, self.positions = make_positions(config)
         self.scale = math.sqrt(config.d_model)  # keeps token vectors on the scale of the positions (paper, 3.4)
         self.drop = nn.Dropout(config.dropout)
 
@@ -97,14 +97,14 @@ class EncoderDecoder(nn.Module):
         )
         self.src_embed = _Embed(config, config.src_vocab_size)
         self.encoder = nn.ModuleList(
-            TransformerBlock(**config.block_kwargs(), attn_kind="bidirectional", rope=self.src_embed.rope)
+            TransformerBlock(**config.block_kwargs(), attn_kind="bidirectional", positions=self.src_embed.positions)
             for _ in range(config.n_layers)
         )
         self.encoder_norm = final_norm()
         shared = self.src_embed.token_embedding if config.share_embeddings else None
         self.tgt_embed = _Embed(config, config.vocab_size, shared)
         self.decoder = nn.ModuleList(
-            DecoderBlock(**config.block_kwargs(), rope=self.tgt_embed.rope)
+            DecoderBlock(**config.block_kwargs(), positions=self.tgt_embed.positions)
             for _ in range(config.n_decoder_layers)
         )
         self.decoder_norm = final_norm()

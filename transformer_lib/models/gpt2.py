@@ -22,12 +22,8 @@ from ..params import count_parameters
 from ..layers.kv_cache import KVCache
 from ..layers.masks import padding_mask
 from ..layers.normalization import make_norm
-from ..layers.positions import (
-    LearnedPositionalEmbedding,
-    RotaryEmbedding,
-    ScaledSinusoidalPositionalEncoding,
-    SinusoidalPositionalEncoding,
-)
+from ..layers.position_registry import make_positions
+from ..layers.positions import RotaryEmbedding
 from ..losses import causal_lm_loss
 from ._hub import hf_activation, load_hf_model
 
@@ -56,19 +52,6 @@ class GPT2Config(TransformerConfig):
         return -(-self.vocab_size // self.vocab_multiple_of) * self.vocab_multiple_of
 
 
-def make_positions(config: TransformerConfig) -> tuple[nn.Module | None, RotaryEmbedding | None]:
-    """The additive position module and the rotary embedding that ``config.positional`` asks for."""
-    if config.positional == "learned":
-        return LearnedPositionalEmbedding(config.n_ctx, config.d_model), None
-    if config.positional == "sinusoidal":
-        return SinusoidalPositionalEncoding(config.n_ctx, config.d_model), None
-    if config.positional == "scaled_sinusoidal":
-        return ScaledSinusoidalPositionalEncoding(config.n_ctx, config.d_model), None
-    if config.positional == "rope":
-        return None, RotaryEmbedding(config.d_head, config.n_ctx, config.rope_base)
-    return None, None
-
-
 class GPT2(nn.Module):
     """Decoder-only language model. Defined in chapter 7.
 
@@ -82,10 +65,11 @@ class GPT2(nn.Module):
         self.config = config
         padded = getattr(config, "padded_vocab_size", config.vocab_size)
         self.token_embedding = TokenEmbedding(config.vocab_size, config.d_model, n_rows=padded)
-        self.position_embedding, self.rope = make_positions(config)
+        # a table added to the embeddings, or a scheme every attention layer applies (RoPE)
+        self.position_embedding, self.positions = make_positions(config)
         self.drop = nn.Dropout(config.dropout)
         self.blocks = nn.ModuleList(
-            TransformerBlock(**config.block_kwargs(), attn_kind="causal", rope=self.rope)
+            TransformerBlock(**config.block_kwargs(), attn_kind="causal", positions=self.positions)
             for _ in range(config.n_layers)
         )
         # pre-norm leaves the residual stream unnormalised, so one last norm precedes the head
@@ -137,6 +121,11 @@ class GPT2(nn.Module):
 
     def new_kv_cache(self) -> KVCache:
         return KVCache(len(self.blocks))
+
+    @property
+    def rope(self) -> RotaryEmbedding | None:
+        """The rotary embedding that every attention layer applies, if ``positional="rope"`` (chapter 10)."""
+        return self.positions if isinstance(self.positions, RotaryEmbedding) else None
 
     def num_parameters(self, exclude_embeddings: bool = False) -> int:
         """Number of distinct parameters (a tied head is counted once).
