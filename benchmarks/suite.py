@@ -199,13 +199,17 @@ def generation(opts: Options) -> list[dict]:
                 outputs[use_cache] = tl.generate(model, prompt, opts.new_tokens, do_sample=False, use_cache=use_cache)
             fns[use_cache] = run
         with tl.fast_path(model):  # the fused kernels for the activations and norms too
-            for use_cache, fn in fns.items():  # warm up on a few tokens
+            for use_cache in fns:  # warm up on a few tokens
                 tl.generate(model, prompt, 4, do_sample=False, use_cache=use_cache)
-                runs[use_cache] = speed.time_calls(fn, warmup=0, repeats=opts.generation_repeats, device=opts.device)
+                runs[use_cache] = []
+            for _ in range(opts.generation_repeats):  # in turn, round by round: a burst of load hits both
+                for use_cache, fn in fns.items():
+                    runs[use_cache] += speed.time_calls(fn, warmup=0, repeats=1, device=opts.device)
         cached, full = (opts.new_tokens / speed.median(runs[c]) for c in (True, False))
         rows.append({
             "setting": setting.name, "new_tokens": opts.new_tokens, "context": setting.n_ctx,
             "with_cache_tokens_per_s": cached, "without_cache_tokens_per_s": full, "speedup": cached / full,
+            "with_cache_runs_s": runs[True], "without_cache_runs_s": runs[False],  # every timed run, in turn
             "same_tokens": bool(torch.equal(outputs[True], outputs[False])),
             "window_slides": prompt.shape[1] + opts.new_tokens - 1 > setting.n_ctx,  # the last step's input outgrows it
         })

@@ -35,6 +35,8 @@ def test_quick_run_prints_the_tables_and_writes_the_results(tmp_path):
             assert r["vs_explicit"] == 1.0
     assert "| baby | fast |" in run.stdout and "vs explicit" in run.stdout
     assert all(g["same_tokens"] for g in results["generation"])
+    # every timed generation run is kept, with and without the cache, for the spread the chapter shows
+    assert all(len(g["with_cache_runs_s"]) == len(g["without_cache_runs_s"]) == 1 for g in results["generation"])
     lib, plain = results["convergence"], results["convergence_plain"]
     assert lib["steps"] == 30 and lib["val_loss"] < 4.2  # ln 65: it learned
     # the yardstick from the same weights on the same batches: the same run, up to float rounding

@@ -42,8 +42,14 @@ def test_softmax_right_answer_passes(capsys):
     assert "Correct" in capsys.readouterr().out
 
 
-def test_softmax_float64_answer_passes():
-    assert ex.check_softmax(lambda x: softmax_variants(x.double())).passed is True
+def test_softmax_float64_answer_for_float32_logits_is_named():
+    """The right values in float64 for float32 input: the check used to accept it."""
+    with pytest.raises(ExerciseFailed, match=r"right values but returns torch\.float64 for torch\.float32 logits"):
+        ex.check_softmax(lambda x: softmax_variants(x.double()))
+
+
+def test_softmax_float64_converted_back_passes():
+    assert ex.check_softmax(lambda x: softmax_variants(x.double()).to(x.dtype)).passed is True
 
 
 def test_softmax_stub_is_pending(capsys):

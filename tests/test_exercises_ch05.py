@@ -227,3 +227,36 @@ def test_apply_rope_wrong_shape():
 def test_apply_rope_unknown_error_reports_size():
     with pytest.raises(ExerciseFailed, match="largest difference"):
         ex.check_apply_rope(lambda x, positions_offset=0: rope_complex(x, positions_offset) + 0.1)
+
+
+# ---------------------------------------------------------------- off-by-one exponents (not a wrong base)
+
+
+def sinusoidal_off_by_one(n_positions, d_model, k=1):
+    """The exponent divided by d_model - k: k = 1 a slip, k = 2 from torch.linspace(0, 1, d_model // 2)."""
+    pos = torch.arange(n_positions, dtype=torch.float32)[:, None]
+    exponent = (torch.linspace(0, 1, d_model // 2) if k == 2
+                else torch.arange(0, d_model, 2, dtype=torch.float32) / (d_model - 1))
+    angle = pos / 10000**exponent
+    pe = torch.zeros(n_positions, d_model)
+    pe[:, 0::2], pe[:, 1::2] = torch.sin(angle), torch.cos(angle)
+    return pe
+
+
+@pytest.mark.parametrize("k", [1, 2])
+def test_sinusoidal_off_by_one_exponent_is_named_not_a_base(k):
+    """2i/(d - 1) is exactly the table of base 10000^(d/(d-1)) = 37275 at d = 8: the check used to
+    call it 'base 37280'."""
+    with pytest.raises(ExerciseFailed, match=rf"divides 2i by d_model - {k} instead of d_model") as err:
+        ex.check_sinusoidal(lambda n, d: sinusoidal_off_by_one(n, d, k))
+    assert "uses base" not in str(err.value)
+
+
+@pytest.mark.parametrize("k", [1, 2])
+def test_apply_rope_off_by_one_exponent_is_named_not_a_base(k):
+    def rope_off_by_one(x, positions_offset=0):
+        return rope_complex(x, positions_offset, exponent=lambda i, d: -2 * i / (d - k))
+
+    with pytest.raises(ExerciseFailed, match=rf"divides 2i by head_dim - {k} instead of head_dim") as err:
+        ex.check_apply_rope(rope_off_by_one)
+    assert "uses base" not in str(err.value)

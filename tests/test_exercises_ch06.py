@@ -267,3 +267,18 @@ def tie_and_add_a_parameter(model):
 def test_tie_weights_extra_parameters_are_named():
     with pytest.raises(ExerciseFailed, match=r"Did it add or replace other modules"):
         ex.check_tie_weights(tie_and_add_a_parameter)
+
+
+@pytest.mark.parametrize("with_positions, hint", [
+    (True, r"That is the chapter's approximation, 12 L d_model\^2 \+ \(vocab \+ n_ctx\) d_model"),
+    (False, r"the chapter's approximation without the position table"),
+])
+def test_num_parameters_the_chapters_approximation_is_named(with_positions, hint):
+    """The approximation the chapter checks its counts against: the old check only said 'off by'."""
+    def approximation(vocab_size, n_ctx, d_model, n_layers, tied=True):
+        head = 0 if tied else vocab_size * d_model
+        positions = n_ctx * d_model if with_positions else 0
+        return 12 * n_layers * d_model**2 + vocab_size * d_model + positions + head
+
+    with pytest.raises(ExerciseFailed, match=hint):
+        ex.check_gpt2_num_parameters(approximation)

@@ -271,3 +271,37 @@ def test_masked_lm_loss_unknown_mistake_reports_the_values():
 def test_masked_lm_loss_wrong_shape(answer, message):
     with pytest.raises(ExerciseFailed, match=message):
         ex.check_masked_lm_loss(answer)
+
+
+def mask_by_intervals(layout):
+    """The right choice and labels, with the chosen positions' actions laid out along u_action as
+    ``layout`` says: (action, share) pairs, action "mask", "random" or "keep"."""
+    def fn(ids, uc, ua, ut, m, sp, v, p):
+        _, labels = ex.reference_mlm_mask(ids, uc, ua, ut, m, sp, v, p)
+        chosen, out, low = labels != -100, ids.clone(), 0.0
+        replacements = torch.tensor([i for i in range(v) if i not in sp])
+        for action, share in layout:
+            hit = chosen & (ua >= low) & (ua < low + share)
+            low += share
+            if action == "mask":
+                out[hit] = m
+            elif action == "random":
+                out[hit] = replacements[(ut[hit] * len(replacements)).long()]
+        return out, labels
+    return fn
+
+
+@pytest.mark.parametrize("layout, hint", [
+    ((("mask", 0.8), ("keep", 0.1), ("random", 0.1)), r"You swapped the two 10% shares"),
+    ((("mask", 0.1), ("random", 0.8), ("keep", 0.1)), r"swapped the shares of \[MASK\] and the random token"),
+    ((("random", 0.1), ("mask", 0.8), ("keep", 0.1)),
+     r"yours look like a random token where u_action < 0\.1, \[MASK\] where 0\.1 <= u_action < 0\.9"),
+])
+def test_mlm_mask_shares_in_the_wrong_places_are_named(layout, hint):
+    """The old check said only 'wrong tokens at 6 of 96 positions' for these."""
+    with pytest.raises(ExerciseFailed, match=hint):
+        ex.check_mlm_mask(mask_by_intervals(layout))
+
+
+def test_mlm_mask_right_layout_passes():
+    assert ex.check_mlm_mask(mask_by_intervals((("mask", 0.8), ("random", 0.1), ("keep", 0.1)))).passed

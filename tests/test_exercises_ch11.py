@@ -172,7 +172,7 @@ def kv_bytes(L, B, T, d, nbytes, *, mistake=None):
     per = B * T * d * nbytes
     return {
         None: 2 * L * per, "keys_only": L * per, "no_layers": 2 * per, "no_batch": 2 * L * T * d * nbytes,
-        "values": 2 * L * B * T * d, "bits": 2 * L * per * 8,
+        "values": 2 * L * B * T * d, "bits": 2 * L * per * 8, "weights": 2 * L * d * d * nbytes,
     }[mistake]
 
 
@@ -201,6 +201,8 @@ def test_kv_cache_bytes_stub_is_pending(capsys):
 @pytest.mark.parametrize("mistake, hint", [
     ("keys_only", r"keys only"), ("no_layers", r"left out the layers"), ("no_batch", r"left out the batch"),
     ("values", r"counted values, not bytes"), ("bits", r"counted bits"),
+    # the old first case had batch x seq_len == n_layers x d_model: this was called "left out the layers"
+    ("weights", r"counted the weights of W_K and W_V"),
 ])
 def test_kv_cache_bytes_mistakes_are_named(mistake, hint):
     with pytest.raises(ExerciseFailed, match=hint):
@@ -210,3 +212,8 @@ def test_kv_cache_bytes_mistakes_are_named(mistake, hint):
 def test_kv_cache_hints_are_specific_on_the_first_case():
     L, B, T, d, nbytes = ex.KV_CASES[0]
     distinct(list(ex.kv_cache_mistakes(L, B, T, d, nbytes).values()), 2 * L * B * T * d * nbytes)
+
+
+def test_kv_cache_first_case_tells_the_weights_from_a_cache_without_layers():
+    L, B, T, d, _ = ex.KV_CASES[0]
+    assert B * T != L * d

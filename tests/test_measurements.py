@@ -26,6 +26,8 @@ def test_table_has_a_row_per_kind_and_says_what_is_not_measured(tmp_path, monkey
     assert table[0] == "| hardware | measured on | validation loss | training time |"
     assert len(table) == 2 + len(m.KINDS)
     assert table[2].startswith("| CPU |") and "| 1.950 | 40 s |" in table[2]
+    load = json.loads(target.read_text())["07_gpt2"]["CPU"]["load_average"]
+    assert load is None or f", load {load:.1f})" in table[2]  # what stretched the training time
     assert all("not measured yet" in row for row in table[3:])
     assert "not measured yet" in m.expected_table("06_weight_tying", path=target).splitlines()[2]
 

@@ -73,6 +73,8 @@ def expected_table(chapter: str, labels: dict[str, str] | None = None, path: str
             rows.append(f"| {kind} | not measured yet | " + " | ".join("" for _ in labels) + " | |")
             continue
         values = " | ".join(f"{entry['results'][k]:.3f}" if k in entry["results"] else "" for k in labels)
-        rows.append(f"| {kind} | {entry['device']} (torch {entry['torch']}, {entry['date']}) | {values} | "
-                    f"{entry['seconds']:.0f} s |")
+        # the load average: the training time is wall-clock time, which other programs stretch
+        busy = f", load {entry['load_average']:.1f}" if entry.get("load_average") is not None else ""
+        rows.append(f"| {kind} | {entry['device']} (torch {entry['torch']}, {entry['date']}{busy}) "
+                    f"| {values} | {entry['seconds']:.0f} s |")
     return "\n".join(rows)

@@ -162,7 +162,7 @@ class TrainConfig:
     device: str | None = None  # None: auto_device()
     mixed_precision: bool = True  # on CUDA: bf16 where native (A100, L4, H100), else fp16 + gradient scaler (T4); ignored on CPU
     compile: bool = False  # torch.compile the loss (the model's forward and the loss function)
-    # the defaults train fast (issue: "the fast path is the default for training"); the modules keep
+    # the defaults train fast (fused kernels compute the same function in less time); the modules keep
     # their own (explicit) settings outside tl.train, which is the path the chapters read
     fast_path: bool | None = True  # True: fused kernels (attention, activations, norms) while training; None: as built
     fused_optimizer: bool | None = True  # True: fused AdamW wherever PyTorch has it; None: on CUDA only

@@ -152,7 +152,7 @@ def check_softmax(fn: Callable[[Tensor], Tensor]) -> Verdict:
     returning log-softmax; the maximum subtracted in the numerator only, or in the denominator only;
     not subtracting the maximum (overflow to nan/inf for large logits); subtracting the maximum
     of the whole tensor instead of each row's, or each row's mean or minimum; changing the input
-    in place; and, when ``fn`` raises, ``x.max(dim=...)`` used without ``.values``, a reduction
+    in place; a result in another dtype than the logits (float64 for float32); and, when ``fn`` raises, ``x.max(dim=...)`` used without ``.values``, a reduction
     without ``keepdim=True``, a fixed ``dim`` that the input does not have.
 
     Returns True when right, False when ``fn`` still raises NotImplementedError; raises
@@ -176,6 +176,12 @@ def check_softmax(fn: Callable[[Tensor], Tensor]) -> Verdict:
         expected = torch.softmax(x, dim=-1)
         expect_tensor("softmax", got, expected.shape)
         if torch.allclose(got.double(), expected.double(), atol=1e-6, rtol=1e-5):
+            if got.dtype != x.dtype:
+                fail(f"softmax has the right values but returns {got.dtype} for {x.dtype} logits. Probabilities "
+                     f"keep the dtype of the logits, as torch.softmax does: a float64 step (`.double()`, a "
+                     f"`torch.tensor(..., dtype=torch.float64)` constant, NumPy) doubles the memory of a "
+                     f"(batch, seq, vocab) tensor and promotes everything computed from it. Compute in the "
+                     f"input's dtype, or convert back with `.to(x.dtype)`.")
             continue
         if x is large:
             m_all = (x - x.max()).exp()

@@ -37,6 +37,14 @@ def _base_from_angle(angle: float, d: int) -> float | None:
     return base
 
 
+def _off_by_one(k: int, d: str, right: str) -> str:
+    """The hint for an exponent divided by ``d - k`` instead of ``d`` (k = 1, or 2 from a linspace)."""
+    how = ("e.g. torch.linspace(0, 1, d/2), whose last value is 1, gives 2i/(d - 2)" if k == 2 else
+           f"e.g. dividing by {d} - 1, or a torch.linspace that ends at 1")
+    return (f"Your exponent divides 2i by {d} - {k} instead of {d} ({how}): {right}. (Your numbers are also "
+            f"the right ones for base 10000^({d}/({d} - {k})), so this is not a wrong base.)")
+
+
 def _shown(base: float) -> str:
     """A base as the reader probably typed it: 4 significant digits (1000, 25000, 1e6, 0.5)."""
     rounded = float(f"{base:.4g}")
@@ -51,14 +59,17 @@ SIN_N_POSITIONS, SIN_D_MODEL = 16, 8
 
 
 def _sinusoidal_variant(n_positions: int, d_model: int, *, swap: bool = False, exponent: str = "2i",
-                        start: int = 0, layout: str = "interleaved", base: float = BASE) -> Tensor:
-    """The table with one deliberate mistake (for diagnosis)."""
+                        start: int = 0, layout: str = "interleaved", base: float = BASE,
+                        divisor: int | None = None) -> Tensor:
+    """The table with one deliberate mistake (for diagnosis). ``divisor``: what the exponent is
+    divided by instead of ``d_model`` (an off-by-one: ``d_model - 1``)."""
     pos = torch.arange(start, start + n_positions, dtype=torch.float64)[:, None]  # (n, 1)
     i = torch.arange(d_model // 2, dtype=torch.float64)  # feature pair index
+    divisor = divisor or d_model
     if exponent == "per-dimension":  # dimension j gets base^(j/d): the cos of a feature pair uses 2i+1
-        sin_freq, cos_freq = base ** (-2 * i / d_model), base ** (-(2 * i + 1) / d_model)
+        sin_freq, cos_freq = base ** (-2 * i / divisor), base ** (-(2 * i + 1) / divisor)
     else:  # "2i" (right), "i" (the 2 forgotten) or "4i" (the 2 counted twice)
-        sin_freq = cos_freq = base ** (-_EXPONENTS[exponent](i) / d_model)
+        sin_freq = cos_freq = base ** (-_EXPONENTS[exponent](i) / divisor)
     sin, cos = torch.sin(pos * sin_freq), torch.cos(pos * cos_freq)  # (n, d/2) each
     if swap:
         sin, cos = cos, sin
@@ -79,7 +90,8 @@ def check_sinusoidal(sinusoidal: Callable[[int, int], Tensor]) -> Verdict:
     Expected: ``PE[p, 2i] = sin(p / 10000^(2i/d_model))`` and ``PE[p, 2i+1] = cos(p / 10000^(2i/d_model))``
     for positions ``p = 0 .. n_positions - 1``. Diagnoses: sin and cos swapped, ``i`` instead of
     ``2i`` in the exponent, the 2 counted twice (``4i``), an exponent per dimension instead of per
-    feature pair, positions starting at 1, sin/cos in two halves instead of interleaved, and a base
+    feature pair, positions starting at 1, sin/cos in two halves instead of interleaved, an exponent
+    divided by ``d_model - 1`` (or ``d_model - 2``, a linspace) instead of ``d_model``, and a base
     other than 10000 (named).
     """
     name = "sinusoidal"
@@ -110,6 +122,9 @@ def check_sinusoidal(sinusoidal: Callable[[int, int], Tensor]) -> Verdict:
             "convention here interleaves them: sin on even dimensions 2i, cos on odd dimensions 2i+1 "
             "(the same information in a different order, but not the same table).":
                 _sinusoidal_variant(n, d, layout="halves"),
+            # before the base: an exponent over d_model - k is the right table for base 10000^(d/(d-k))
+            **{_off_by_one(k, "d_model", "the frequency of feature pair i is 1 / 10000^(2i/d_model)"):
+               _sinusoidal_variant(n, d, divisor=d - k) for k in (1, 2)},
         }
         base = _sinusoidal_base(got, d)
         if base is not None:
@@ -126,7 +141,8 @@ ROPE_SEQ, ROPE_HEAD_DIM, ROPE_OFFSET = 6, 8, 5
 
 
 def _rope_variant(x: Tensor, offset: int = 0, *, sign: float = 1.0, pairing: str = "adjacent",
-                  exponent: str = "-2i/d", start: int = 0, base: float = BASE, in_place: str = "") -> Tensor:
+                  exponent: str = "-2i/d", start: int = 0, base: float = BASE, in_place: str = "",
+                  divisor: int | None = None) -> Tensor:
     """RoPE with one deliberate mistake (for diagnosis). ``x``: ``(seq, head_dim)``.
 
     ``in_place="even first"``: the even features are overwritten before the odd ones are computed
@@ -134,8 +150,9 @@ def _rope_variant(x: Tensor, offset: int = 0, *, sign: float = 1.0, pairing: str
     """
     seq, d = x.shape
     i = torch.arange(d // 2, dtype=torch.float64)
-    theta = {"-2i/d": base ** (-2 * i / d), "-i/d": base ** (-i / d), "-4i/d": base ** (-4 * i / d),
-             "+2i/d": base ** (2 * i / d)}[exponent]
+    n = divisor or d  # what the exponent is divided by (an off-by-one: d - 1)
+    theta = {"-2i/d": base ** (-2 * i / n), "-i/d": base ** (-i / n), "-4i/d": base ** (-4 * i / n),
+             "+2i/d": base ** (2 * i / n)}[exponent]
     m = torch.arange(offset + start, offset + start + seq, dtype=torch.float64)[:, None]
     angle = m * theta  # (seq, d/2)
     cos, sin = angle.cos(), sign * angle.sin()
@@ -197,6 +214,9 @@ def _rope_mistakes(x: Tensor, offset: int, got: Tensor) -> dict[str, Tensor]:
             _rope_variant(x, offset, exponent="+2i/d"),
         "Your positions start at 1; the first row is position 0 + positions_offset (with no offset, not rotated at all).":
             _rope_variant(x, offset, start=1),
+        # before the base: an exponent over head_dim - k is the right answer for base 10000^(d/(d-k))
+        **{_off_by_one(k, "head_dim", "theta_i = 10000^(-2i/head_dim)"):
+           _rope_variant(x, offset, divisor=x.shape[1] - k) for k in (1, 2)},
     }
     base = _rope_base(x, got, offset)
     if base is not None:
@@ -214,8 +234,9 @@ def check_apply_rope(apply_rope: Callable[..., Tensor]) -> Verdict:
     ``theta_i = 10000^(-2i/head_dim)``. Called once with the default offset and once with
     ``positions_offset=5``. Diagnoses: no rotation, rotation in the wrong direction, an in-place
     overwrite (one coordinate computed from the other's rotated value), halves pairing (``i`` with
-    ``i + head_dim/2``), a wrong theta exponent (``i`` or ``4i`` for ``2i``, or the wrong sign), a base
-    other than 10000 (named), positions starting at 1, and an ignored ``positions_offset``.
+    ``i + head_dim/2``), a wrong theta exponent (``i`` or ``4i`` for ``2i``, the wrong sign, or divided
+    by ``head_dim - 1`` or ``- 2``), a base other than 10000 (named), positions starting at 1, and an
+    ignored ``positions_offset``.
     """
     name = "apply_rope"
     g = torch.Generator().manual_seed(5)

@@ -211,6 +211,14 @@ def param_mistakes(vocab_size: int, n_ctx: int, d_model: int, n_layers: int, tie
         "plus a d bias.": right - L * (6 * d * d + 3 * d),
         "You left out the attention's output projection W_O (d_model x d_model plus a d_model bias).":
             right - L * (d * d + d),
+        "That is the chapter's approximation, 12 L d_model^2 + (vocab + n_ctx) d_model: it leaves out the "
+        "biases of the linear layers (9 x d_model per block) and the LayerNorms (two per block and the final "
+        "one, 2 x d_model each), 13 x d_model per block and 2 x d_model more. The exercise asks for the exact "
+        "count: add them.": right - 13 * L * d - 2 * d,
+        "That is the chapter's approximation without the position table, 12 L d_model^2 + vocab x d_model: "
+        "add the position embeddings (n_ctx x d_model), the biases of the linear layers (9 x d_model per "
+        "block) and the LayerNorms (2 x d_model each, two per block and the final one).":
+            right - 13 * L * d - 2 * d - n * d,
     }
     if tied:
         mistakes["You counted the tied head as well: with tying, lm_head.weight *is* the token embedding, "
@@ -248,8 +256,9 @@ def check_gpt2_num_parameters(num_parameters: Callable[[int, int, int, int, bool
 
     Diagnoses: forgotten biases (of the linear layers, or all), LayerNorms counted without their
     bias, forgotten LayerNorms (all, the blocks', or the final one), forgotten position embeddings,
-    an FFN of width d_model, a missing W_O, the tied head counted twice (or the embedding not at
-    all), and, untied, a missing head or a head with a bias.
+    an FFN of width d_model, a missing W_O, the chapter's approximation ``12 L d^2 + (V + n_ctx) d``
+    (with or without the positions), the tied head counted twice (or the embedding not at all), and,
+    untied, a missing head or a head with a bias.
 
     Returns True when right, False when ``num_parameters`` still raises NotImplementedError; raises
     :class:`~transformer_lib.exercises._checking.ExerciseFailed` with a diagnosis otherwise.

@@ -18,6 +18,7 @@ records which positions it was run on.
 
 from __future__ import annotations
 
+import itertools
 from typing import Callable, Sequence
 
 import torch
@@ -168,6 +169,50 @@ def mlm_mask_mistakes(ids: Tensor, u_choose: Tensor, u_action: Tensor, u_token: 
         "what keeps the model from trusting every visible token).":
             corrupt(chosen, random_below=1.0),
     }
+
+    def by_intervals(layout: tuple[tuple[str, float], ...]) -> Tensor:
+        """Each chosen position's action by where its u_action falls: ``layout`` lists (action, share)
+        along [0, 1)."""
+        out, low = ids.clone(), 0.0
+        for action, share in layout:
+            hit = chosen & (u_action >= low) & (u_action < low + share)
+            low += share
+            if action == "[MASK]":
+                out[hit] = MASK
+            elif action == "a random token":
+                out[hit] = random_right[hit]
+        return out
+
+    def intervals(layout: tuple[tuple[str, float], ...]) -> str:
+        parts, low = [], 0.0
+        for action, share in layout:
+            where = (f"u_action < {low + share:g}" if low == 0 else f"u_action >= {low:g}"
+                     if low + share >= 1 - 1e-9 else f"{low:g} <= u_action < {low + share:g}")
+            parts.append(f"{action} where {where}")
+            low += share
+        return ", ".join(parts)
+
+    rule = (("[MASK]", MASK_FRACTION), ("a random token", RANDOM_FRACTION), ("unchanged", 1 - MASK_FRACTION
+                                                                              - RANDOM_FRACTION))
+    named = {
+        (("[MASK]", 0.8), ("unchanged", 0.1), ("a random token", 0.1)):
+            "You swapped the two 10% shares: a chosen position with 0.8 <= u_action < 0.9 gets a random token, "
+            "and one with u_action >= 0.9 keeps its own (yours did the opposite).",
+        (("[MASK]", 0.1), ("a random token", 0.8), ("unchanged", 0.1)):
+            "You swapped the shares of [MASK] and the random token (10/80/10): 80% of the chosen positions "
+            "become [MASK] (u_action < 0.8) and 10% a random token (0.8 <= u_action < 0.9); 10% stay unchanged.",
+    }
+    actions = ("[MASK]", "a random token", "unchanged")
+    layouts = list(named) + [tuple(zip(order, shares)) for order in itertools.permutations(actions)
+                             for shares in ((0.8, 0.1, 0.1), (0.1, 0.8, 0.1), (0.1, 0.1, 0.8))]
+    for layout in layouts:  # the right shares in the wrong places along u_action: say where yours went
+        wrong = by_intervals(layout)
+        if any(torch.equal(wrong, t) for t in [right_corrupted, *corrupted.values()]):
+            continue  # the same tensor as another diagnosis (or as the right answer) on these inputs
+        hint = named.get(layout) or (
+            f"Your chosen positions get their actions in the wrong parts of [0, 1): yours look like "
+            f"{intervals(layout)}; the rule is {intervals(rule)}.")
+        corrupted[hint] = wrong
     return labels, corrupted
 
 
@@ -189,7 +234,8 @@ def check_mlm_mask(mlm_mask: Callable[..., tuple[Tensor, Tensor]]) -> Verdict:
     the mistake (special tokens or padding chosen, labels at unchosen positions, labels of 0 instead of
     -100 there, labels holding the corrupted tokens or only the [MASK] positions, the 80/10/10 split
     applied to every token, random tokens drawn from the special ids, the random or unchanged share
-    missing, an input changed in place).
+    missing, the shares swapped or in another order along ``u_action`` (10/80/10, the two 10% swapped),
+    an input changed in place).
     """
     name = "mlm_mask"
     ids, u_choose, u_action, u_token = mlm_mask_inputs()

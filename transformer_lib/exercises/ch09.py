@@ -123,13 +123,19 @@ def greedy_check_model() -> tuple[EncoderDecoder, Tensor]:
 
 @torch.no_grad()
 def _greedy_variant(model: EncoderDecoder, src: Tensor, bos: int, eos: int | None, new: int, *, position: int = -1,
-                    pad: int | None = None) -> Tensor:
-    """Greedy decoding with one deliberate change (for diagnosis): read logits at ``position``; pad with ``pad``."""
+                    pad: int | None = None, newest_only: bool = False, swapped: bool = False) -> Tensor:
+    """Greedy decoding with one deliberate change (for diagnosis): read logits at ``position``; pad with ``pad``;
+    feed the decoder only the newest token (``newest_only``); encode the output and decode the source
+    (``swapped``)."""
     memory = model.encode(src)
     out = torch.full((src.shape[0], 1), bos, dtype=torch.long)
     done = torch.zeros(src.shape[0], dtype=torch.bool)
     for _ in range(new):
-        nxt = model.decode(out, memory)[:, position].argmax(dim=-1)
+        if swapped:
+            logits = model(out, src)  # (batch, S, vocab): the roles of the two sequences exchanged
+        else:
+            logits = model.decode(out[:, -1:] if newest_only else out, memory)
+        nxt = logits[:, position].argmax(dim=-1)
         if eos is not None:
             nxt = torch.where(done, eos if pad is None else pad, nxt)
             done |= nxt == eos
@@ -158,7 +164,8 @@ def check_greedy_decode(greedy_decode: Callable[..., Tensor]) -> Verdict:
     the argmax of the *last* position's logits and append it; a row that has emitted ``eos_id``
     keeps emitting ``eos_id``. The result equals ``model.generate(src_ids, bos_id, max_new_tokens,
     eos_id)``. Diagnoses: nothing appended, the BOS column missing, the first position's logits
-    used (or the sequence never fed back), no stop at EOS, stopping the loop early, float ids.
+    used (or the sequence never fed back), only the newest token fed to the decoder, source and
+    target swapped, no stop at EOS, stopping the loop early, float ids.
     """
     name = "greedy_decode"
     model, src = greedy_check_model()
@@ -199,6 +206,15 @@ def check_greedy_decode(greedy_decode: Callable[..., Tensor]) -> Verdict:
         hint = ("Every row repeats its first prediction: you read the logits of the first position "
                 "(logits[:, 0]) instead of the last (logits[:, -1]), or you kept decoding [BOS] alone instead of "
                 "the growing sequence. The next token is predicted by the last position of everything generated so far.")
+    elif torch.equal(got, _greedy_variant(model, src, bos, eos, new, newest_only=True)):
+        hint = ("Your decoder reads only the newest token at each step (model.decode(out[:, -1:], memory)), so it "
+                "never sees what came before it and places it at position 0. Without a KV cache (EncoderDecoder "
+                "keeps none) the decoder must read the whole sequence so far, out, every step; take the logits "
+                "of its last position. Feeding only the newest token is what chapter 7's KV cache makes possible.")
+    elif torch.equal(got, _greedy_variant(model, src, bos, eos, new, swapped=True)):
+        hint = ("You swapped source and target: model(out, src_ids) encodes the tokens you generated and decodes "
+                "the source. The source goes to the encoder, model.encode(src_ids) (or the first argument of "
+                "model(src_ids, out)); the decoder reads the sequence generated so far.")
     elif torch.equal(got, model.generate(src, bos, new)):
         hint = (f"You did not stop at EOS: after a row emits eos_id={eos}, the model goes on predicting other "
                 f"tokens. Keep a per-row `done` flag and emit eos_id for finished rows "

@@ -153,7 +153,9 @@ def check_tokens_per_second(fn: Callable[[list[float], int, int], float]) -> Ver
 # ---------------------------------------------------------------------------------- KV cache size
 
 # the first case tells every mistake apart; the others are real sizes (baby-like, GPT-2 small, LLaMA-7B-like)
-KV_CASES = ((6, 3, 256, 128, 4), (12, 5, 1024, 768, 2), (32, 1, 4096, 4096, 2))
+# the first case's sizes keep every mistake apart: batch x seq_len (3 x 200) is not n_layers x d_model
+# (6 x 128), so the weights of W_K and W_V are not mistaken for a cache without its layers
+KV_CASES = ((6, 3, 200, 128, 4), (12, 5, 1024, 768, 2), (32, 1, 4096, 4096, 2))
 
 
 def kv_cache_mistakes(n_layers: int, batch: int, seq_len: int, d_model: int, bytes_per_value: int) -> dict[str, float]:
@@ -164,6 +166,9 @@ def kv_cache_mistakes(n_layers: int, batch: int, seq_len: int, d_model: int, byt
         "You left out the batch: each sequence in the batch has its own cache.": 2 * n_layers * seq_len * d_model * bytes_per_value,
         "You counted values, not bytes: multiply by bytes_per_value (4 for float32, 2 for bfloat16).": 2 * n_layers * per / bytes_per_value,
         "You counted bits, not bytes: bytes_per_value is already in bytes.": 2 * n_layers * per * 8,
+        "You counted the weights of W_K and W_V (d_model x d_model per layer), which are the same for any "
+        "text. The cache holds what they compute: a key and a value of d_model numbers for every position "
+        "of every sequence in the batch, in every layer.": 2 * n_layers * d_model * d_model * bytes_per_value,
     }
 
 
@@ -174,7 +179,7 @@ def check_kv_cache_bytes(fn: Callable[[int, int, int, int, int], float]) -> Verd
     ``n_heads * d_head = d_model``: ``2 * n_layers * batch * seq_len * d_model * bytes_per_value``.
     Prints ``Correct!`` and returns a true ``Verdict`` when right; returns a false one while ``fn`` raises
     NotImplementedError; otherwise raises :class:`ExerciseFailed` naming the mistake: keys or values
-    only, no layers, no batch, values instead of bytes, or bits.
+    only, no layers, no batch, values instead of bytes, bits, or the weights of W_K and W_V counted.
     """
     name = "kv_cache_bytes"
     for case in KV_CASES:
