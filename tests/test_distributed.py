@@ -91,6 +91,7 @@ def largest_difference(a: dict, b: dict) -> float:
     return max((a[k].float() - b[k].float()).abs().max().item() for k in a)
 
 
+@pytest.mark.slow  # the module's torchrun launches (about 15 s)
 @pytest.mark.parametrize("name, accumulate", [("ddp", 1), ("fsdp", 1), ("ddp_accum", 2), ("fsdp_accum", 2)])
 def test_two_processes_train_as_one_on_the_whole_batch(worker, monkeypatch, name, accumulate):
     """2 processes x batch 4 (x 2 micro-batches of 2 with accumulation) = 1 process x batch 8."""
@@ -107,6 +108,7 @@ def test_two_processes_train_as_one_on_the_whole_batch(worker, monkeypatch, name
         assert other["train_loss"] == pytest.approx(mine["train_loss"], abs=1e-6)
 
 
+@pytest.mark.slow  # the module's torchrun launches (about 15 s)
 def test_each_process_trains_on_its_own_share_of_the_batch(worker):
     out, _ = worker
     x, y = sampler(0)()  # the first draw, the same on every rank
@@ -127,6 +129,7 @@ def test_gradient_accumulation_in_one_process_is_the_whole_batch(monkeypatch):
         one_process(monkeypatch, gradient_accumulation_steps=3)
 
 
+@pytest.mark.slow  # the module's torchrun launches (about 15 s)
 @pytest.mark.parametrize("kind", ["ddp", "fsdp"])
 def test_a_killed_run_resumes_with_the_same_losses_step_for_step(worker, kind):
     """ddp: every rank crashed in step 6 and tl.train was called again; fsdp: SIGKILL while writing step 6's
@@ -153,6 +156,7 @@ def test_a_killed_run_resumes_with_the_same_losses_step_for_step(worker, kind):
     assert (out / f"ckpt-fault_{kind}" / "step-00000008" / ("dcp" if kind == "fsdp" else "model.pt")).exists()
 
 
+@pytest.mark.slow  # the module's torchrun launches (about 15 s)
 def test_bad_shares_and_a_sharded_model_are_refused_clearly(worker):
     out, _ = worker
     messages = json.loads((out / "errors.json").read_text())
@@ -164,6 +168,7 @@ def test_bad_shares_and_a_sharded_model_are_refused_clearly(worker):
     assert "tl.distributed.full_state_dict(model)" in messages["sharded"]
 
 
+@pytest.mark.slow  # the module's torchrun launches (about 15 s)
 def test_a_sharded_checkpoint_loads_into_one_process(worker):
     """What FSDP wrote (each rank its shards) loads into an ordinary model here, with tl.load_checkpoint."""
     out, _ = worker

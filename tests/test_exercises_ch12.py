@@ -29,6 +29,7 @@ def divided_by_two(model):
         p.grad /= 2              # right for two processes only
 
 
+@pytest.mark.slow  # launches three processes
 def test_average_gradients_runs_in_three_processes_and_names_a_fixed_divisor():
     """The whole path: the source goes to new processes, which run it beside DDP. With three of them a
     division by 2 written into the function is caught (the check used to run two, and passed it)."""
