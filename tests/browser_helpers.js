@@ -186,11 +186,9 @@ var tfs = {
         if (["auto", "scroll"].includes(getComputedStyle(p).overflowX) && p.getBoundingClientRect().width <= window.innerWidth) return true;
       return false;
     };
-    // a figure fits its column at every width: on a phone it switches to its narrow layout, never
-    // scrolls (transformer_lib/viz/layout.py)
     for (const gd of tfs.figures()) {
       const box = gd.getBoundingClientRect(), column = gd.closest("article").getBoundingClientRect();
-      if (box.right - column.right > 1 || column.left - box.left > 1)
+      if ((box.right - column.right > 1 || column.left - box.left > 1) && !scrolls(gd))
         out.push({ kind: "figure", over: Math.max(box.right - column.right, column.left - box.left), where: tfs.where(gd.closest(".cell") || gd) });
     }
     // clientWidth, not innerWidth: on a phone the layout viewport grows to fit content that overflows
@@ -198,12 +196,6 @@ var tfs = {
     if (page > 1) out.push({ kind: "page", over: page, where: "the page scrolls sideways" });
     return out;
   },
-
-  // Each figure's width and the layout it shows ("narrow" once the page switched it for a phone).
-  figureWidths: () => tfs.figures().map((gd) => ({
-    width: gd.getBoundingClientRect().width, has_narrow: "_tfsLayout" in gd, narrow: gd._tfsLayout === "narrow",
-    where: tfs.where(gd.closest(".cell") || gd),
-  })),
 
   // Display equations wider than the column (at a desktop width none may need scrolling).
   wideEquations: () => [...document.querySelectorAll('article mjx-container[display="true"]')]

@@ -55,8 +55,10 @@ def test_load_stretches_the_wall_clock_but_not_the_cpu_time():
             s.kill()
             s.wait()
     assert wall > 1.2 * quiet, "the spinners did not load the machine"
-    # within the budget's margin (2x), which a chapter more than 2x slower exceeds (test below)
-    assert loaded < 1.4 * quiet, f"{loaded:.2f} CPU s under load vs {quiet:.2f} quiet"
+    # within the budget's margin (2x), which a chapter more than 2x slower exceeds (test below). Not 1:
+    # where two virtual CPUs share a physical core, a busy neighbour slows each instruction (1.57x seen
+    # here with three spinners on 2 vCPUs), which is why the budgets leave a factor of 2
+    assert loaded < 1.8 * quiet, f"{loaded:.2f} CPU s under load vs {quiet:.2f} quiet"
 
 
 def test_every_chapter_has_a_measured_budget_of_at_most_twice_its_cpu_time():

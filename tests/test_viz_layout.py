@@ -4,8 +4,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from transformer_lib.viz import BookRenderer
-from transformer_lib.viz.layout import (LEGEND_ROW, LINE, MENU_ROW, NARROW, TITLE_CHARS, WIDE, _legend_names,
-                                        _legend_rows, tidy, wrap)
+from transformer_lib.viz.layout import LEGEND_LINE, LINE, MENU_ROW, TITLE_CHARS, legend_rows, tidy, wrap
 
 
 def test_wrap_breaks_at_spaces_and_keeps_tags_whole():
@@ -47,21 +46,26 @@ def test_title_menus_and_legend_get_rows_of_their_own():
 
 
 def test_a_legend_too_wide_for_a_phone_gets_a_second_row_above_the_plot():
-    """On a phone (the NARROW layout) plotly.js wraps a wide horizontal legend; its second row covered
-    the top of chapter 12's memory calculator (the 80 GB line) until tidy made room for it."""
-    names = ["DDP", "ZeRO-1", "ZeRO-2", "ZeRO-3 / FSDP", "ZeRO-3 + checkpointing"]
+    """At MIN_WIDTH (a phone scrolls a 600-px figure) plotly.js wraps a wide horizontal legend; its second
+    row covered the top of chapter 12's memory calculator (the 80 GB line) until tidy made room for it."""
+    names = ["DDP", "ZeRO-1", "ZeRO-2", "ZeRO-3 / FSDP", "ZeRO-3 + checkpointing"]  # 539 px in Chromium
 
-    def figure(names):
+    def figure(names, **menus):
         fig = go.Figure([go.Scatter(y=[1, 2], name=n) for n in names])
-        fig.update_layout(height=460, title="t", legend=dict(orientation="h", y=1.02, yanchor="bottom"))
-        return tidy(fig.to_dict(), width=NARROW)["layout"]
+        fig.update_layout(height=460, title="t", legend=dict(orientation="h", y=1.02, yanchor="bottom"),
+                          margin=dict(r=20), **menus)
+        return tidy(fig.to_dict())["layout"]
 
-    rows = _legend_rows(names, NARROW)
-    assert rows > 1 and _legend_rows(names[:2], NARROW) == 1 and _legend_rows(names, WIDE) < rows + 1
-    assert figure(names)["margin"]["t"] == figure(names[:2])["margin"]["t"] + (rows - 1) * LEGEND_ROW
+    assert legend_rows(go.Figure([go.Scatter(y=[1], name=n) for n in names]).to_dict()) == 2
+    assert legend_rows(go.Figure([go.Scatter(y=[1], name=n) for n in names[:4]]).to_dict()) == 1
+    wide, narrow = figure(names), figure(names[:4])
+    assert wide["margin"]["t"] == narrow["margin"]["t"] + LEGEND_LINE
+    for layout in (wide, narrow):  # the legend's top stays just under the title's row
+        plot = 460 - layout["margin"]["t"] - 80
+        assert abs((layout["legend"]["y"] - 1) * plot - (layout["margin"]["t"] - (8 + LINE + 8))) < 1e-9
     # the same names again (one set per dropdown choice) are one legend, not two
-    hidden = go.Figure([go.Scatter(y=[1], name=n, visible=False, legendgroup=n) for n in names[:2] * 3]).to_dict()
-    assert _legend_names(hidden) == names[:2]
+    hidden = go.Figure([go.Scatter(y=[1], name=n, visible=False) for n in names[:4] * 3]).to_dict()
+    assert legend_rows(hidden) == 1
 
 
 def test_subplot_titles_get_room_and_unchanged_figures_stay_unchanged():
@@ -89,55 +93,3 @@ def test_a_subtitle_line_is_set_at_a_readable_size():
     assert lines[0] == "Title" and len(lines) == 3
     assert all(line.startswith("<span style='font-size:12px'>") and line.endswith("</span>") for line in lines[1:])
     assert wrap("x = 10<sup>4</sup>") == "x = 10<sup>4</sup>"
-
-
-# ---- the narrow (phone) layout -------------------------------------------------------------------
-from transformer_lib.viz.layout import NARROW, WIDE, narrow_patch, title_chars  # noqa: E402
-
-
-def two_traces(**layout) -> dict:
-    fig = go.Figure([go.Scatter(y=[1, 2], name="the first entry"), go.Scatter(y=[2, 1], name="the second entry")])
-    return fig.update_layout(height=400, **layout).to_dict()
-
-
-def test_narrow_titles_wrap_to_the_phone_and_keep_their_breaks():
-    title = "word " * 30 + "<br><sup>a subtitle line</sup>"
-    wide = tidy(two_traces(title=title))["layout"]["title"]["text"]
-    narrow = tidy(two_traces(title=title), width=NARROW)["layout"]["title"]["text"]
-    assert narrow.count("<br>") > wide.count("<br>")
-    assert all(len(line) <= title_chars(NARROW) for line in narrow.split("<br>")[:-1] if "<span" not in line)
-    assert "a subtitle line" in narrow.split("<br>")[-1]
-
-
-def test_narrow_legend_moves_above_the_plot_in_rows():
-    narrow = tidy(two_traces(title="t"), width=NARROW)["layout"]
-    assert narrow["legend"]["orientation"] == "h" and narrow["legend"]["yanchor"] == "top"
-    assert narrow["legend"]["y"] > 1  # above the plot area, in the header
-    wide = tidy(two_traces(title="t"))["layout"]
-    assert "orientation" not in (wide.get("legend") or {})  # the wide layout keeps plotly's column
-
-
-def test_narrow_button_row_too_wide_becomes_a_dropdown_and_menus_stack():
-    buttons = [dict(label=f"choice number {i}", method="relayout", args=[{"title.text": f"t{i}"}]) for i in range(6)]
-    menus = [dict(type="buttons", direction="right", buttons=buttons, y=1.1, yanchor="bottom"),
-             dict(buttons=buttons[:2], x=0.6, y=1.1, yanchor="bottom")]
-    wide = tidy(two_traces(title="t", updatemenus=menus))["layout"]["updatemenus"]
-    narrow = tidy(two_traces(title="t", updatemenus=menus), width=NARROW)["layout"]["updatemenus"]
-    assert wide[0]["type"] == "buttons" and narrow[0]["type"] == "dropdown"
-    assert wide[0]["y"] == wide[1]["y"]  # one row on a wide figure
-    assert narrow[0]["y"] > narrow[1]["y"] and narrow[1]["x"] == 0  # stacked on a phone, from the left
-
-
-def test_narrow_patch_lists_only_what_changes():
-    plain = go.Figure(go.Bar(y=[1]))
-    assert narrow_patch(plain.to_dict()) == ({"margin": None}, {"margin": {"l": 50, "r": 20}})  # narrower sides
-    assert narrow_patch(plain.update_layout(margin=dict(l=40, r=10)).to_dict()) == ({}, {})
-    wide, narrow = narrow_patch(two_traces(title="t"))
-    assert set(wide) == set(narrow) and "legend" in narrow and wide["legend"] is None
-
-
-def test_the_book_renderer_carries_the_narrow_layout_when_there_is_one():
-    html = BookRenderer().to_mimebundle(two_traces(title="t"))["text/html"]
-    assert f"}}, {WIDE});</script>" in html and "ResizeObserver" in html
-    plain = go.Figure(go.Bar(y=[1])).update_layout(margin=dict(l=40, r=10))  # fits a phone as it is
-    assert "ResizeObserver" not in BookRenderer().to_mimebundle(plain.to_dict())["text/html"]

@@ -15,78 +15,26 @@ from __future__ import annotations
 import copy
 import html
 import inspect
-import json
 import sys
-import uuid
 from pathlib import Path
 
 import plotly.io as pio
 from plotly.io._base_renderers import ColabRenderer, MimetypeRenderer
 
-from .layout import WIDE, narrow_patch, tidy
+from .layout import tidy
 
 PLOTLY_MIME = "application/vnd.plotly.v1+json"
 
 
-# Switches a figure of the static book between its wide and its narrow (phone) layout as the width of
-# its column crosses WIDE; after a switch, each menu's and slider's current choice is applied again,
-# so that a title the reader chose is shown wrapped for the new width.
-_FIT_JS = """<script>(function (id, wide, narrow, limit) {
-  var gd = document.getElementById(id), shown = "wide";
-  if (!gd || !window.Plotly) return;
-  function again(items, pick) {
-    (items || []).forEach(function (m) {
-      var b = pick(m);
-      if (b && b.method === "update") Plotly.update(gd, (b.args || [])[0] || {}, (b.args || [])[1] || {});
-      else if (b && b.method === "relayout") Plotly.relayout(gd, (b.args || [])[0] || {});
-    });
-  }
-  function fit() {
-    if (!gd._fullLayout) return;
-    var want = gd.parentElement.getBoundingClientRect().width < limit ? "narrow" : "wide";
-    if (want === shown) return;
-    var first = !gd._tfsSwitched;
-    shown = want;
-    gd._tfsSwitched = true;
-    gd._tfsLayout = want;
-    var layout = want === "narrow" ? narrow : wide;
-    // menus that change type (buttons to a dropdown) are drawn afresh: plotly.js keeps the old buttons
-    var clear = "updatemenus" in layout ? Plotly.relayout(gd, {updatemenus: []}) : Promise.resolve();
-    clear.then(function () { return Plotly.relayout(gd, layout); }).then(function () {
-      if (first) return;
-      again(gd.layout.updatemenus, function (m) { return (m.buttons || [])[m.active]; });
-      again(gd.layout.sliders, function (s) { return (s.steps || [])[s.active]; });
-    });
-  }
-  gd._tfsLayout = "wide";
-  setTimeout(fit, 0);
-  if (window.ResizeObserver) new ResizeObserver(fit).observe(gd.parentElement);
-  else window.addEventListener("resize", fit);
-})(%s, %s, %s, %d);</script>"""
-
-
 class BookRenderer(MimetypeRenderer):
-    """Plotly JSON for live frontends plus kernel-free HTML for the static book.
-
-    The HTML draws the figure with its wide layout and carries its narrow one (``layout.tidy``):
-    on a page whose column is narrower than ``layout.WIDE`` (a phone) the figure switches to it.
-    """
+    """Plotly JSON for live frontends plus kernel-free HTML for the static book."""
 
     def to_mimebundle(self, fig_dict):
-        wide, narrow = narrow_patch(fig_dict)
         fig_dict = tidy(copy.deepcopy(fig_dict))
-        div_id = f"tfs-figure-{uuid.uuid4().hex[:12]}"
         # no toolbar on the page: it covered titles; drag zooms, a double click resets
-        html = pio.to_html(fig_dict, full_html=False, include_plotlyjs=False, validate=False, div_id=div_id,
+        html = pio.to_html(fig_dict, full_html=False, include_plotlyjs=False, validate=False,
                            config={"responsive": True, "displayModeBar": False})
-        if narrow:
-            html += _FIT_JS % (json.dumps(div_id), _json(wide), _json(narrow), WIDE)
         return {PLOTLY_MIME: {"data": fig_dict.get("data", []), "layout": fig_dict.get("layout", {})}, "text/html": html}
-
-
-def _json(value) -> str:
-    """JSON for an inline script: plotly's encoder (numpy values), and no "</" that would end the script."""
-    return pio.to_json(value, validate=False).replace("</", "<\\/")
 
 
 def in_colab() -> bool:
