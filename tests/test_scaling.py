@@ -62,12 +62,20 @@ def test_parameter_counts_of_the_calculators_models():
     assert scaling.count_parameters_of(small) == tl.GPT2(small).num_parameters()
 
 
-def saved_values_per_token(config, batch=2):
+def saved_values_per_token(config, batch=2, checkpointed=False):
     """What autograd keeps for the backward pass, per token, on the fast path (parameters and their
-    copies, which do not grow with the tokens, measured away by two sequence lengths)."""
+    copies, which do not grow with the tokens, measured away by two sequence lengths); with
+    ``checkpointed``, every block runs under torch.utils.checkpoint."""
+    from torch.utils.checkpoint import checkpoint
+
+    from transformer_lib.distributed import transformer_blocks
+
     def saved(seq):
         torch.manual_seed(0)
         model = tl.GPT2(config).train()
+        for block in transformer_blocks(model) if checkpointed else []:
+            forward = block.forward
+            block.forward = lambda *a, f=forward, **k: checkpoint(f, *a, use_reentrant=False, **k)
         params = {p.untyped_storage().data_ptr() for p in model.parameters()}
         kept = {}
 
@@ -119,34 +127,8 @@ def test_the_calculator_is_near_a_measured_peak():
 def test_checkpointed_activations_are_what_autograd_keeps():
     """With every block under torch.utils.checkpoint, autograd keeps each block's input (d_model values per
     token) and the output part; the calculator adds one block's activations, recomputed in the backward pass."""
-    from torch.utils.checkpoint import checkpoint
-
-    from transformer_lib.distributed import transformer_blocks
-
     config = tl.GPT2Config(vocab_size=65, n_ctx=32, d_model=64, n_layers=3, n_heads=4)
-
-    def saved(seq, batch=2):
-        torch.manual_seed(0)
-        model = tl.GPT2(config).train()
-        for block in transformer_blocks(model):
-            forward = block.forward
-            block.forward = lambda *a, f=forward, **k: checkpoint(f, *a, use_reentrant=False, **k)
-        params = {p.untyped_storage().data_ptr() for p in model.parameters()}
-        kept = {}
-
-        def pack(t):
-            key = t.untyped_storage().data_ptr()
-            if key not in params:
-                kept[key] = t.untyped_storage().nbytes() // t.element_size()
-            return t
-
-        ids = torch.randint(0, config.vocab_size, (batch, seq + 1))
-        with tl.fast_path(model), torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-            model.loss(ids[:, :-1], ids[:, 1:])
-        return sum(kept.values())
-
-    long, short = config.n_ctx, config.n_ctx // 2
-    measured = (saved(long) - saved(short)) / (2 * (long - short))
+    measured = saved_values_per_token(config, checkpointed=True)
     values = scaling.activation_values_per_token(config)
     kept = config.n_layers * config.d_model + values["output"] - config.vocab_size  # as in the test above
     assert measured == pytest.approx(kept, rel=0.05)
