@@ -363,3 +363,15 @@ def test_a_new_position_scheme_joins_the_models_through_the_registry(monkeypatch
     steps = [model(ids[:, :7], kv_cache=cache)]
     steps += [model(ids[:, t : t + 1], kv_cache=cache) for t in range(7, 12)]
     close(torch.cat(steps, dim=1), logits)
+
+
+def test_a_position_scheme_whose_bias_does_not_fit_is_named():
+    class WrongBias(tl.PositionScheme):
+        def score_bias(self, q, k, offset=0):
+            return torch.zeros(3, 3)  # a table for 3 positions, whatever the sequence
+
+    attn = tl.MultiHeadAttention(16, 2, kind="causal", positions=WrongBias())
+    for fast in (False, True):
+        attn.use_sdpa = fast
+        with pytest.raises(ValueError, match=r"WrongBias.score_bias returned \(3, 3\).*\(1, 2, 5, 5\)"):
+            attn(torch.randn(1, 5, 16))

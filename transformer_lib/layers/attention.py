@@ -20,7 +20,8 @@ import torch.nn.functional as F
 from einops import rearrange
 from torch import Tensor, nn
 
-from .attention_checks import check_attention_inputs, check_attention_settings, check_qkv
+from .attention_checks import (check_attention_inputs, check_attention_settings, check_qkv,
+                               checked_score_bias)
 from .fused_attention import fused_self_attention, sdpa_attention
 from .kv_cache import LayerKVCache
 from .masks import causal_mask, combine_masks
@@ -143,7 +144,7 @@ class MultiHeadAttention(nn.Module):
                kernel: str) -> Tensor:
         """Every head's attention, ``(batch, n_heads, seq_q, d_head)``, with the position scheme's
         score bias, the causal mask and dropout; the explicit kernel hands its weights to a capture."""
-        bias = self.positions.score_bias(q, k, offset)  # None unless the scheme biases the scores
+        bias = checked_score_bias(self.positions, q, k, offset)  # None unless the scheme biases the scores
         dropout_p = self.dropout if self.training else 0.0
         if kernel == "sdpa":
             return sdpa_attention(q, k, v, mask, bias, self.kind == "causal", dropout_p)

@@ -113,3 +113,19 @@ def check_attention_inputs(attn: MultiHeadAttention, x: Tensor, context: Tensor 
         cached = 0 if kv_cache is None else kv_cache.seq_len
         seq_k = x.shape[1] + cached if context is None else context.shape[1]
         check_attn_mask(mask, (x.shape[0], attn.n_heads, x.shape[1], seq_k), device=x.device)
+
+
+def checked_score_bias(positions: PositionScheme, q: Tensor, k: Tensor, offset: int) -> Tensor | None:
+    """``positions.score_bias(q, k, offset)``, refused with the scheme's name unless it broadcasts to the
+    scores ``(batch, n_heads, seq_q, seq_k)`` (a new scheme's mistake would else fail inside torch)."""
+    bias = positions.score_bias(q, k, offset)
+    if bias is None:
+        return None
+    scores = (*q.shape[:-1], k.shape[-2])
+    if not isinstance(bias, Tensor) or bias.dim() > len(scores) or not all(
+            b in (1, s) for b, s in zip(bias.shape[::-1], scores[::-1])):
+        got = tuple(bias.shape) if isinstance(bias, Tensor) else type(bias).__name__
+        raise ValueError(f"{type(positions).__name__}.score_bias returned {got}, which does not broadcast to "
+                         f"the scores {scores} = (batch, n_heads, seq_q, seq_k); query i is at position "
+                         f"offset + i = {offset} + i, key j at position j")
+    return bias

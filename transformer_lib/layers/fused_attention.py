@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from .attention_checks import checked_score_bias
 from .masks import causal_mask, combine_masks
 
 if TYPE_CHECKING:  # for the annotation only: attention.py imports this module
@@ -82,5 +83,6 @@ def fused_self_attention(attn: MultiHeadAttention, x: Tensor, mask: Tensor | Non
     q, k, v = q.view(heads).transpose(1, 2), k.view(heads).transpose(1, 2), v.view(heads).transpose(1, 2)
     q, k = positions.rotate(q, k, 0)
     dropout_p = attn.dropout if attn.training else 0.0
-    out = sdpa_attention(q, k, v, mask, positions.score_bias(q, k, 0), attn.kind == "causal", dropout_p)
+    bias = checked_score_bias(positions, q, k, 0)  # None unless the scheme biases the scores
+    out = sdpa_attention(q, k, v, mask, bias, attn.kind == "causal", dropout_p)
     return attn.W_O(out.transpose(1, 2).reshape(B, T, attn.d_model))
