@@ -429,3 +429,79 @@ def test_embed_shape_slips_other_than_num_classes_are_named(fn, hint):
     with pytest.raises(ExerciseFailed, match=hint) as info:
         ex.check_embed_one_hot(fn)
     assert "6 long" not in str(info.value)  # not the missing-num_classes hint
+
+
+# ---------------------------------------------------------------- (d) one BPE merge, written independently
+
+
+def merge_step_variants(ids, new_id, *, first_seen=False, least=False, larger=False, no_skip=False, once=False,
+                        drop_last=False, in_place=False, swap=False, backwards=False):
+    """One merge step from a Counter, with switches for the mistakes the check should name."""
+    from collections import Counter
+    counts = Counter(zip(ids[1:], ids) if backwards else zip(ids, ids[1:]))
+    if first_seen:
+        pair = counts.most_common(1)[0][0]
+    elif least:
+        pair = min(counts, key=lambda p: (counts[p], p))
+    elif larger:
+        pair = max(counts, key=lambda p: (counts[p], p))
+    else:
+        pair = min(counts, key=lambda p: (-counts[p], p))
+    out, i, merged = [], 0, False
+    while i < len(ids) - (1 if drop_last else 0):
+        if i + 1 < len(ids) and (ids[i], ids[i + 1]) == pair and not (once and merged):
+            out.append(new_id)
+            merged = True
+            i += 1 if no_skip else 2
+        else:
+            out.append(ids[i])
+            i += 1
+    if in_place:
+        ids[:] = out
+        out = ids
+    return (out, pair) if swap else (pair, out)
+
+
+def test_merge_step_right_answer_passes(capsys):
+    assert ex.check_bpe_merge_step(merge_step_variants).passed is True
+    assert "Correct" in capsys.readouterr().out
+
+
+def test_merge_step_with_the_library_passes():
+    from transformer_lib.data.bpe import merge_pair, most_frequent, pair_counts
+
+    def with_library(ids, new_id):
+        pair = most_frequent(pair_counts([ids], [1]))
+        return pair, merge_pair(ids, pair, new_id)
+    assert ex.check_bpe_merge_step(with_library).passed is True
+
+
+def test_merge_step_stub_is_pending(capsys):
+    assert ex.check_bpe_merge_step(stub).passed is False
+    assert "Not implemented yet" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("mistake, hint", [
+    (dict(first_seen=True), r"the pair seen first \(as `Counter.most_common\(1\)`"),
+    (dict(least=True), r"\*least\* frequent"),
+    (dict(larger=True), r"\*larger\* ids"),
+    (dict(no_skip=True), r"did not skip its second id"),
+    (dict(once=True), r"Only the first occurrence"),
+    (dict(drop_last=True), r"last id of the sequence is missing"),
+    (dict(in_place=True), r"changed its input list in place"),
+    (dict(swap=True), r"other order: return \(pair, merged_ids\)"),
+    (dict(backwards=True), r"right one backwards"),
+])
+def test_merge_step_mistakes_are_named(mistake, hint):
+    with pytest.raises(ExerciseFailed, match=hint):
+        ex.check_bpe_merge_step(lambda ids, new_id: merge_step_variants(ids, new_id, **mistake))
+
+
+def test_merge_step_that_raises_names_its_arguments():
+    with pytest.raises(ExerciseFailed, match=r"(?s)raised ZeroDivisionError.*ids=\[5, 3"):
+        ex.check_bpe_merge_step(lambda ids, new_id: 1 / 0)
+
+
+def test_merge_step_that_returns_one_thing_is_told_the_shape():
+    with pytest.raises(ExerciseFailed, match=r"should return \(pair, merged_ids\), got 3"):
+        ex.check_bpe_merge_step(lambda ids, new_id: 3)

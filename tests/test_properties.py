@@ -285,6 +285,23 @@ def test_tokenizers_round_trip_or_say_why(text, query):
 
 
 @PROPERTY
+@given(text=st.one_of(st.text(max_size=16), st.integers(), st.lists(st.text(max_size=3), max_size=3), st.binary()),
+       n_merges=st.one_of(st.integers(-2, 6), st.floats(0, 3), st.booleans()),
+       ids=st.lists(st.integers(-2, 300), max_size=5))
+def test_bpe_trains_round_trips_and_decodes_or_says_why(text, n_merges, ids):
+    bad = [] if isinstance(text, str) and text else ["text"]
+    if not bad and (isinstance(n_merges, bool) or not isinstance(n_merges, int) or n_merges < 0):
+        bad.append("n_merges")
+    # with good arguments, more merges than the text has pairs is refused naming n_merges
+    tok = check(lambda: tl.train_bpe(text, n_merges), bad, ["n_merges"])
+    if tok is None:
+        return
+    assert tok.vocab_size == 256 + n_merges and tok.decode(tok.encode(text)) == text
+    id_bad = [] if all(0 <= i < tok.vocab_size for i in ids) else ["token ids"]
+    check(lambda: tok.decode(ids), id_bad, ["token ids"])
+
+
+@PROPERTY
 @given(vocab=st.integers(1, 14), mask_id=st.integers(-1, 14), pad_id=st.one_of(st.none(), st.integers(-1, 14)),
        batch=st.lists(st.lists(st.integers(0, 16), min_size=3, max_size=3), min_size=1, max_size=3),
        as_list=st.booleans())

@@ -5,7 +5,7 @@ Where each piece is taught:
 ==========================================  =======================================================
 chapter                                     module
 ==========================================  =======================================================
-1  Tokens, embeddings and logits            ``data.tokenizers``, ``layers.embedding``, ``losses``
+1  Tokens, embeddings and logits            ``data.tokenizers``, ``data.bpe``, ``layers.embedding``, ``losses``
 2  Attention                                ``layers.attention``, ``layers.masks``, ``layers.attention_checks``
 3  Feed-forward networks                    ``layers.feedforward``
 4  Normalization and residuals              ``layers.normalization``, ``layers.block``
@@ -24,7 +24,8 @@ chapter                                     module
 """
 
 from .config import TransformerConfig
-from .data import BatchSampler, CharTokenizer, MLMCollator, get_batch, gpt2_tokenizer, load_tiny_shakespeare, train_val_split
+from .data import (BPETokenizer, BatchSampler, CharTokenizer, MLMCollator, get_batch, gpt2_tokenizer, load_tiny_shakespeare, train_bpe,
+                   train_val_split)
 from .generation import beam_search, generate, next_token_probs, sample_next_token
 from .init import init_weights_
 from .layers import (
@@ -66,12 +67,12 @@ from .models import hub_reachable, BERT, GPT2, BERTConfig, EncoderDecoder, Encod
 __version__ = "0.3.0"
 
 __all__ = [
-    "BERT", "BERTConfig", "BatchSampler", "Callback", "CharTokenizer", "MLMCollator", "TrainConfig", "TrainState", "TrainStep", "DecoderBlock", "EncoderDecoder", "EncoderDecoderConfig", "FeedForward",
+    "BERT", "BERTConfig", "BPETokenizer", "BatchSampler", "Callback", "CharTokenizer", "MLMCollator", "TrainConfig", "TrainState", "TrainStep", "DecoderBlock", "EncoderDecoder", "EncoderDecoderConfig", "FeedForward",
     "GPT2", "GPT2Config", "GatedFeedForward", "IGNORE_INDEX", "KVCache", "LayerNorm",
     "LearnedPositionalEmbedding", "MultiHeadAttention", "PositionScheme", "RMSNorm", "RotaryEmbedding",
     "ScaledSinusoidalPositionalEncoding", "SinusoidalPositionalEncoding", "TokenEmbedding", "TransformerBlock", "TransformerConfig",
     "auto_device", "bert_from_hf", "get_batch", "load_checkpoint", "lr_at", "inverse_sqrt_lr", "transformer_peak_lr", "save_checkpoint", "train", "train_val_split", "capture_attention", "causal_lm_loss", "fast_path", "set_cpu_threads", "speed", "checkpoints", "distributed", "causal_mask", "combine_masks", "count_parameters",
     "beam_search", "gated_hidden_size", "generate", "gpt2_from_hf", "gpt2_tokenizer", "hub_reachable", "init_weights_", "load_tiny_shakespeare", "make_ffn", "make_norm", "masked_lm_loss",
     "next_token_probs", "padding_mask", "sample_next_token", "scaled_dot_product_attention",
-    "sinusoidal_encoding",
+    "sinusoidal_encoding", "train_bpe",
 ]

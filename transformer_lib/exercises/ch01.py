@@ -1,4 +1,5 @@
-"""Exercises of chapter 1, *Tokens, embeddings and logits*: softmax, cross-entropy, one-hot lookup.
+"""Exercises of chapter 1, *Tokens, embeddings and logits*: one BPE merge, softmax, cross-entropy,
+one-hot lookup.
 
 Each check calls the reader's function on inputs where every common mistake gives a different
 answer, compares with PyTorch's own ``softmax`` / ``cross_entropy`` and the library's
@@ -17,10 +18,13 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from ..data.bpe import merge_pair, most_frequent, pair_counts
 from ..layers.embedding import TokenEmbedding
 from ._checking import NOT_IMPLEMENTED, ExerciseFailed, attempt, close, correct, diagnose, expect_tensor, fail, pending, Verdict
 
 __all__ = [
+    "check_bpe_merge_step",
+    "bpe_merge_step_inputs",
     "check_cross_entropy",
     "check_embed_one_hot",
     "check_softmax",
@@ -515,3 +519,108 @@ def check_embed_one_hot(fn: Callable[[Tensor, Tensor], Tensor]) -> Verdict:
     if how == "product":
         return correct("one_hot(ids) @ W picks exactly the rows W[ids]: a lookup is a matrix product with a one-hot.")
     return correct("Your embeddings equal W[ids], the rows that TokenEmbedding looks up.")
+
+
+# --------------------------------------------------------------------------------------------
+# (d) one BPE merge
+# --------------------------------------------------------------------------------------------
+
+
+def bpe_merge_step_inputs() -> list[tuple[list[int], int]]:
+    """``(ids, new_id)`` pairs where each known mistake gives another answer.
+
+    The first has four pairs tied as most frequent, the first of them seen being (5, 3) and the
+    smallest (1, 2); the second has one id repeated, so that the pair (7, 7) overlaps itself and
+    ends the sequence.
+    """
+    return [([5, 3, 9, 5, 3, 1, 2, 7, 1, 2, 7, 7, 7, 4], 256),
+            ([7, 7, 7, 7, 7, 1, 7, 7, 7], 300)]
+
+
+def _merge_step(ids: list[int], new_id: int, *, rank=None, pairs=None, skip=True, once=False,
+                keep_last=True) -> tuple[tuple[int, int], list[int]]:
+    """One merge step, with switches for the mistakes the check names."""
+    counts = pair_counts([ids], [1]) if pairs is None else pairs
+    pair = most_frequent(counts) if rank is None else rank(counts)
+    if skip and not once and keep_last:
+        return pair, merge_pair(ids, pair, new_id)
+    out, i, done = [], 0, False
+    while i < len(ids) - (0 if keep_last else 1):
+        if i + 1 < len(ids) and (ids[i], ids[i + 1]) == pair and not done:
+            out.append(new_id)
+            i += 2 if skip else 1
+            done = once
+        else:
+            out.append(ids[i])
+            i += 1
+    return pair, out
+
+
+_MERGE_MISTAKES = {
+    "You merged the *least* frequent pair. BPE merges the most frequent one: it is the pair whose "
+    "merge shortens the text the most.": dict(rank=lambda c: min(c, key=lambda p: (c[p], p))),
+    "On a tie you took the pair seen first (as `Counter.most_common(1)` does). The rule here is the "
+    "pair with the smaller ids, `min(counts, key=lambda p: (-counts[p], p))`: a rule that does not "
+    "depend on the order of the text, so training repeats exactly.":
+        dict(rank=lambda c: max(c, key=c.get)),
+    "On a tie you took the pair with the *larger* ids. The rule is the smaller ids: "
+    "`min(counts, key=lambda p: (-counts[p], p))`.": dict(rank=lambda c: max(c, key=lambda p: (c[p], p))),
+    "After replacing a pair you did not skip its second id: it stays in the list, or is merged again "
+    "with the id after it (in [7, 7, 7], (7, 7) merges once: [new, 7], not [new, new, 7]). Move on by "
+    "two after a merge.": dict(skip=False),
+    "Only the first occurrence of the pair was replaced. A merge replaces every occurrence, from left "
+    "to right.": dict(once=True),
+    "The last id of the sequence is missing: a loop over `range(len(ids) - 1)` (the positions that start "
+    "a pair) must still append the last id when it was not merged.": dict(keep_last=False),
+}
+
+
+def check_bpe_merge_step(fn: Callable[[list[int], int], tuple]) -> Verdict:
+    """Check ``fn(ids, new_id)``: one step of BPE training on one sequence of ids.
+
+    It must return ``(pair, merged)``: the most frequent adjacent pair (ties: the smaller ids) and
+    ``ids`` with each occurrence of it, left to right, replaced by ``new_id``, as
+    :func:`~transformer_lib.data.bpe.most_frequent` and :func:`~transformer_lib.data.bpe.merge_pair`
+    do. Diagnoses: the least frequent pair; a tie broken by the first pair seen or by the larger
+    ids; no skip after a merge (overlapping pairs merged twice); only the first occurrence
+    replaced; the last id dropped; the list changed in place; the two results in the other order;
+    pairs counted as (next, current).
+    """
+    for ids, new_id in bpe_merge_step_inputs():
+        original = list(ids)
+        try:
+            got = attempt(fn, ids, new_id)
+        except ExerciseFailed:
+            raise
+        except Exception as error:
+            fail(f"bpe_merge_step raised {type(error).__name__}: {error}\n(called with ids={original}, "
+                 f"new_id={new_id}).")
+        if got is NOT_IMPLEMENTED:
+            return pending("bpe_merge_step")
+        if ids != original:
+            fail(f"bpe_merge_step changed its input list in place (ids is now {ids}). Build a new list: "
+                 f"the training loop still needs the old one to update its pair counts.")
+        expected = _merge_step(original, new_id)
+        try:
+            if not (isinstance(got, (tuple, list)) and len(got) == 2):
+                raise TypeError
+            pair, merged = tuple(got[0]), list(got[1])
+        except TypeError:
+            fail(f"bpe_merge_step should return (pair, merged_ids), got {got!r}.")
+        if (tuple(merged), list(pair)) == expected:
+            fail("The two results are in the other order: return (pair, merged_ids), the pair first.")
+        if (pair, merged) == expected:
+            continue
+        for hint, switches in _MERGE_MISTAKES.items():
+            if (pair, merged) == _merge_step(original, new_id, **switches):
+                fail(f"bpe_merge_step is not right yet (ids={original}). {hint}")
+        if pair == expected[0][::-1]:
+            fail(f"Your pair {pair} is the right one backwards: count pairs as (ids[i], ids[i + 1]), "
+                 f"the current id and the next, `zip(ids, ids[1:])`.")
+        if pair != expected[0]:
+            fail(f"bpe_merge_step chose the pair {pair} for ids={original}; the most frequent adjacent "
+                 f"pair is {expected[0]} ({pair_counts([original], [1])[expected[0]]} times).")
+        fail(f"bpe_merge_step chose the right pair {pair}, but merging it in ids={original} gives "
+             f"{expected[1]}, not {merged}.")
+    return correct("One merge of BPE training. tl.train_bpe repeats it, counting the pairs again only in "
+                   "the chunks the merge changed.")

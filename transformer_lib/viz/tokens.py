@@ -8,6 +8,10 @@ Both figures work in the static book, with no Python running:
   as wide as the characters it covers; a dropdown switches tokenizer (``Plotly.update``: one
   trace per tokenizer made visible, the title and the per-row token counts replaced); hovering a
   block shows its text and id.
+* :func:`merges_explorer` shows BPE learning: a slider over the number of merges re-cuts a few
+  sentences into tokens (top) and moves a marker along the curve of tokens per character against
+  vocabulary size (bottom), beside the character tokenizer and GPT-2 (one trace per step made
+  visible by the step).
 * :func:`temperature_explorer` draws ``softmax(logits / T)`` as bars; a slider picks ``T`` from
   precomputed steps (one bar trace per step, made visible by the step) and retitles the figure
   with the top token and the entropy; two buttons set a linear or log probability axis.
@@ -111,6 +115,104 @@ def tokenization_explorer(
         bargap=0.2, height=130 + height_per_row * len(sentences), margin=dict(l=80, r=20, t=90, b=50),
         plot_bgcolor="white", uniformtext=dict(minsize=8, mode="show"),
     )
+    return fig
+
+
+def _token_blocks(rows: Sequence[Sequence[tuple[str, int]]]) -> dict:
+    """Bar-trace arguments for rows of ``(piece, id)``: one block per token, as wide as its text."""
+    xs, bases, ys, texts, hovers, colours = [], [], [], [], [], []
+    for row, pieces in enumerate(rows):
+        start = 0
+        for j, (piece, token_id) in enumerate(pieces):
+            width = max(len(piece), 1)
+            xs.append(width)
+            bases.append(start)
+            ys.append(row)
+            texts.append(show_whitespace(piece))
+            hovers.append(f"{piece!r}<br>id {token_id}<br>token {j + 1} of {len(pieces)}")
+            colours.append(PALETTE[j % len(PALETTE)])
+            start += width
+    return dict(x=xs, base=bases, y=ys, text=texts, hovertext=hovers, hoverinfo="text", orientation="h",
+                textposition="inside", insidetextanchor="middle", textfont=dict(size=12, family="monospace"),
+                marker=dict(color=colours, line=dict(color="white", width=1.5)), width=0.8,
+                showlegend=False, cliponaxis=False)
+
+
+def merges_explorer(
+    segmentations: dict[int, Sequence[Sequence[tuple[str, int]]]],
+    tokens_per_char: dict[int, float],
+    references: dict[str, tuple[int, float]],
+    active: int | None = None,
+) -> go.Figure:
+    """BPE's merges one slider step at a time: the sentences re-cut, and what the vocabulary buys.
+
+    Args:
+        segmentations: number of merges -> for each sentence its tokens ``[(piece, id), ...]``
+            (:func:`token_pieces` of a tokenizer with that many merges).
+        tokens_per_char: number of merges -> tokens per character of a held-out text.
+        references: name -> ``(vocabulary size, tokens per character)``, drawn as labelled points.
+        active: the number of merges shown first (default: the largest).
+
+    Vocabulary size is ``256 + merges`` (the bytes and one token per merge), on a log axis so that
+    GPT-2's 50,257 fits beside a few hundred. Traces: one bar trace per step, the curve, one
+    marker per step, then the references; step ``k`` shows bar trace ``k`` and marker ``k``.
+    """
+    from plotly.subplots import make_subplots
+
+    steps = sorted(segmentations)
+    if not steps or set(steps) != set(tokens_per_char):
+        raise ValueError("segmentations and tokens_per_char need the same, non-empty, numbers of merges")
+    active = steps[-1] if active is None else active
+    if active not in steps:
+        raise ValueError(f"active={active} is not one of the steps {steps}")
+    n_rows = len(segmentations[steps[0]])
+    fig = make_subplots(rows=2, cols=1, row_heights=[0.5, 0.5], vertical_spacing=0.2, subplot_titles=(
+        "the sentences cut into tokens", "held-out text: tokens per character (lower: shorter sequences)"))
+    titles, ticktexts = [], []
+    for m in steps:
+        rows = segmentations[m]
+        fig.add_trace(go.Bar(**_token_blocks(rows), visible=m == active, name=f"{m} merges"), row=1, col=1)
+        n_tokens, n_chars = sum(len(r) for r in rows), sum(len("".join(p for p, _ in r)) for r in rows)
+        titles.append(f"After {m} merges (vocabulary {256 + m:,}): {n_tokens} tokens for these {n_chars} "
+                      f"characters; {tokens_per_char[m]:.3f} tokens per character on held-out text")
+        ticktexts.append([f"{len(r)} tokens" for r in rows])
+    sizes = [256 + m for m in steps]
+    fig.add_trace(go.Scatter(x=sizes, y=[tokens_per_char[m] for m in steps], mode="lines+markers",
+                             line=dict(color="#1f77b4"), name="this BPE", showlegend=False,
+                             hovertemplate="%{x} tokens in the vocabulary: %{y:.3f} tokens per character"
+                                           "<extra></extra>"), row=2, col=1)
+    for m in steps:
+        fig.add_trace(go.Scatter(x=[256 + m], y=[tokens_per_char[m]], mode="markers", visible=m == active,
+                                 marker=dict(size=14, color="#d62728"), showlegend=False, hoverinfo="skip"),
+                      row=2, col=1)
+    for name, (size, value) in references.items():
+        fig.add_trace(go.Scatter(x=[size], y=[value], mode="markers+text", text=[name], textposition="top center",
+                                 marker=dict(size=10, color="gray", symbol="diamond"), showlegend=False,
+                                 hovertemplate=f"{name}: vocabulary {size:,}, %{{y:.3f}} tokens per character"
+                                               "<extra></extra>"), row=2, col=1)
+    n = len(steps)
+    visible = [[j == k for j in range(n)] + [True] + [j == k for j in range(n)] + [True] * len(references)
+               for k in range(n)]
+    slider = [dict(label=str(m), method="update",
+                   args=[{"visible": visible[k]}, {"title.text": titles[k], "yaxis.ticktext": ticktexts[k]}])
+              for k, m in enumerate(steps)]
+    start = steps.index(active)
+    values = list(tokens_per_char.values()) + [v for _, v in references.values()]
+    longest = max(len("".join(p for p, _ in r)) for m in steps for r in segmentations[m])
+    fig.update_layout(
+        title=dict(text=titles[start], x=0.0, xanchor="left"),
+        sliders=[dict(active=start, steps=slider, currentvalue=dict(prefix="merges: "), pad=dict(t=50))],
+        height=260 + 60 * n_rows + 300, margin=dict(l=80, r=20, t=90, b=40), plot_bgcolor="white",
+        bargap=0.2, uniformtext=dict(minsize=8, mode="show"),
+    )
+    fig.update_xaxes(range=[-0.5, longest + 0.5], showgrid=False, zeroline=False, showticklabels=False, row=1, col=1)
+    fig.update_yaxes(tickmode="array", tickvals=list(range(n_rows)), ticktext=ticktexts[start],
+                     autorange="reversed", showgrid=False, row=1, col=1)
+    all_sizes = sizes + [size for size, _ in references.values()]
+    fig.update_xaxes(type="log", title="vocabulary size (log scale)", gridcolor="#eee",
+                     range=[math.log10(min(all_sizes)) - 0.15, math.log10(max(all_sizes)) + 0.15], row=2, col=1)
+    fig.update_yaxes(title="tokens per character", gridcolor="#eee",
+                     range=[0, max(values) * 1.2], row=2, col=1)
     return fig
 
 
