@@ -1,5 +1,7 @@
 """exercises.ch07: right answers pass, stubs are pending, each common mistake gets its own hint."""
 
+import math
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -421,3 +423,273 @@ def test_causal_attention_other_wrong_answers(reader, message):
 def test_causal_attention_wrong_shape():
     with pytest.raises(ExerciseFailed, match=r"should return shape \(2, 3, 5, 5\)"):
         ex.check_causal_attention(lambda s: causal_attention(s)[0])
+
+
+# ------------------------------------------------------------------------------------- the KV cache
+
+
+def cached_attention_step(attn, x_new, cache, *, append_dim=2, store="append", attend="cache", twice=False,
+                          swap=None, key_from="W_K", value_from="W_V", query_from="W_Q", offset="seq",
+                          scale="d_head", softmax_dim=-1, w_o=True, first=True, layout="heads", keep_x=False,
+                          returns="new", split="heads"):
+    """A reader's cached attention step, right by default, with each mistake as a switch."""
+    batch = x_new.shape[0]
+    h, d = attn.n_heads, attn.d_head
+
+    def heads(t):  # (batch, s, d_model) -> (batch, h, s, d)
+        t = t.view(batch, t.shape[1], h, d)
+        return t if layout == "seq_first" else t.transpose(1, 2)
+
+    project = {"W_Q": attn.W_Q, "W_K": attn.W_K, "W_V": attn.W_V, "x": lambda t: t, "keys": attn.W_V}
+    if keep_x or split == "none":  # cache x (or W_K x unsplit) and project/split the whole prefix each step
+        key = x_new if keep_x else attn.W_K(x_new)
+        value = x_new if keep_x else attn.W_V(x_new)
+        cache.k = key if cache.k is None else torch.cat([cache.k, key], dim=1)
+        cache.v = value if cache.v is None else torch.cat([cache.v, value], dim=1)
+        k_all = heads(attn.W_K(cache.k) if keep_x else cache.k)
+        v_all = heads(attn.W_V(cache.v) if keep_x else cache.v)
+        q = heads(attn.W_Q(x_new))
+        n = k_all.shape[2]
+        q, _ = attn.positions.rotate(q, q, n - 1)
+        k_all = torch.cat([attn.positions.rotate(k_all[:, :, j:j + 1], k_all[:, :, j:j + 1], j)[1]
+                           for j in range(n)], dim=2)
+        w = (q @ k_all.transpose(-2, -1) / math.sqrt(d)).softmax(-1)
+        return attn.W_O((w @ v_all).transpose(1, 2).reshape(batch, 1, h * d))
+    q = heads(project[query_from](x_new))
+    k = heads(project[key_from](x_new))
+    v = heads(project[value_from](x_new))
+    if swap == "projected":
+        k, v = heads(attn.W_V(x_new)), heads(attn.W_K(x_new))
+    cached = 0 if cache.k is None else cache.k.shape[2]
+    off = {"seq": cached, "zero": 0, "len": 0 if cache.k is None else len(cache.k),
+           "heads": 0 if cache.k is None else cache.k.shape[1], "plus1": cached + 1}.get(offset)
+    if offset == "dropped":
+        attn.positions.rotate(q, k, cached)  # the result thrown away
+    elif offset != "none":
+        q, k = attn.positions.rotate(q, k, off)
+    if swap == "stored":
+        k, v = v, k
+    if attend == "before":  # attend first, append after: the new token misses itself
+        w = (q @ cache.k.transpose(-2, -1) / math.sqrt(d)).softmax(-1)
+        out = w @ cache.v
+    if cache.k is None:
+        if not first:
+            cache.k, cache.v = torch.cat([cache.k, k], dim=append_dim), None  # TypeError on None
+        cache.k, cache.v = k, v
+    elif store == "overwrite":
+        cache.k, cache.v = k, v
+    elif store == "append":
+        cache.k = torch.cat([cache.k, k], dim=append_dim)
+        cache.v = torch.cat([cache.v, v], dim=append_dim)
+    if store == "none":  # keeps nothing: attends with what it just computed
+        k_all, v_all = k, v
+    else:
+        k_all, v_all = cache.k, cache.v
+    if attend == "new":
+        k_all, v_all = k, v
+    if twice:
+        k_all, v_all = torch.cat([k_all, k], dim=2), torch.cat([v_all, v], dim=2)
+    if swap == "read":
+        k_all, v_all = v_all, k_all
+    if value_from == "keys":
+        v_all = k_all
+    if attend != "before":
+        div = {"d_head": math.sqrt(d), "d_model": math.sqrt(attn.d_model), "none": 1.0}[scale]
+        scores = q @ k_all.transpose(-2, -1) / div
+        if attend == "tril":  # a causal mask that forgets the offset: tril(ones(1, seq_k))
+            mask = torch.ones(1, k_all.shape[2], dtype=torch.bool).tril()
+            scores = scores.masked_fill(~mask, float("-inf"))
+        out = scores.softmax(softmax_dim) @ v_all
+    if returns == "heads":
+        return out
+    merged = out.transpose(1, 2).reshape(batch, 1, h * d) if layout == "heads" else out.reshape(batch, 1, h * d)
+    return attn.W_O(merged) if w_o else merged
+
+
+def test_cached_attention_step_correct(capsys):
+    assert ex.check_cached_attention_step(cached_attention_step).passed is True
+    assert "Correct" in capsys.readouterr().out
+
+
+def test_cached_attention_step_with_the_library_layer_kv_cache_update():
+    """A reader's step that keeps its cache with LayerKVCache's own update logic passes too."""
+    def via_library(attn, x_new, cache):
+        lib = tl.layers.kv_cache.LayerKVCache()
+        lib.k, lib.v = cache.k, cache.v
+        split = lambda t: t.view(t.shape[0], 1, attn.n_heads, attn.d_head).transpose(1, 2)  # noqa: E731
+        q, k, v = split(attn.W_Q(x_new)), split(attn.W_K(x_new)), split(attn.W_V(x_new))
+        q, k = attn.positions.rotate(q, k, lib.seq_len)
+        k_all, v_all = lib.update(k, v)
+        cache.k, cache.v = k_all, v_all
+        out = F.scaled_dot_product_attention(q, k_all, v_all)
+        return attn.W_O(out.transpose(1, 2).reshape(x_new.shape[0], 1, attn.d_model))
+
+    assert ex.check_cached_attention_step(via_library).passed is True
+
+
+def test_cached_attention_step_stub_is_pending(capsys):
+    assert ex.check_cached_attention_step(stub).passed is False
+    assert "Not implemented yet" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "mistake, hint",
+    [
+        (dict(append_dim=1), r"appended on dim 1 \(n_heads\), not on the sequence"),
+        (dict(append_dim=-1), r"appended on dim 3 \(d_head\), not on the sequence"),
+        (dict(append_dim=0), r"appended on dim 0 \(batch\), not on the sequence"),
+        (dict(layout="seq_first", append_dim=1), r"laid out \(batch, seq, n_heads, d_head\).*transpose\(1, 2\)"),
+        (dict(store="overwrite"), r"attends only to itself: the earlier positions are forgotten"),
+        (dict(attend="new"), r"attends only to itself: the earlier positions are forgotten"),
+        (dict(store="none"), r"attends only to itself: the earlier positions are forgotten"),
+        (dict(attend="tril"), r"attends only to the first position: a causal mask"),
+        (dict(attend="before", first=True), r"raised .*\n.*Before the first token cache\.k and cache\.v are None"),
+        (dict(twice=True), r"key and value are counted twice"),
+        (dict(swap="stored"), r"Keys and values are swapped"),
+        (dict(swap="read"), r"Keys and values are swapped"),
+        (dict(swap="projected"), r"Keys and values are swapped"),
+        (dict(key_from="W_Q"), r"right output, but the cache.*After token 1, cache\.k holds the queries"),
+        (dict(query_from="W_K"), r"projected the new query with W_K"),
+        (dict(key_from="x", value_from="x"), r"holds the tokens' inputs x where it needs their projections"),
+        (dict(key_from="x"), r"right output, but the cache.*cache\.k holds the tokens' inputs x split into heads"),
+        (dict(value_from="x"), r"holds the tokens' inputs x where it needs their projections"),
+        (dict(value_from="keys"), r"used the keys as the values"),
+        (dict(scale="d_model"), r"scaled the scores by 1/sqrt\(d_model\)"),
+        (dict(scale="none"), r"did not scale the scores"),
+        (dict(softmax_dim=-2), r"softmax over the queries"),
+        (dict(w_o=False), r"left out W_O"),
+        (dict(offset="none"), r"with RoPE.*q and k are not turned by its position"),
+        (dict(offset="zero"), r"with RoPE.*q and k are not turned by its position"),
+        (dict(offset="dropped"), r"with RoPE.*q and k are not turned by its position"),
+        (dict(offset="len"), r"with RoPE.*RoPE offset is not the number of cached positions.*len\(cache\.k\)"),
+        (dict(offset="heads"), r"with RoPE.*RoPE offset is not the number of cached positions"),
+        (dict(offset="plus1"), r"right output, but the cache is not right.*turned one position too far"),
+        (dict(keep_x=True), r"right output, but the cache.*shape \(2, 1, 12\).*holds the tokens' inputs x"),
+        (dict(split="none"), r"right output, but the cache.*shape \(2, 1, 12\).*Keep it split into heads"),
+        (dict(returns="heads"), r"returned the heads unmerged"),
+        (dict(first=False), r"raised TypeError.*\n.*cache BareKVCache\(k=None, v=None\).*Before the first token"),
+    ],
+)
+def test_cached_attention_step_mistakes_are_named(mistake, hint):
+    with pytest.raises(ExerciseFailed, match=hint):
+        ex.check_cached_attention_step(lambda attn, x_new, cache: cached_attention_step(attn, x_new, cache, **mistake))
+
+
+def test_cached_attention_step_not_itself_is_told_from_first_only():
+    """Attending before appending and a mask without the offset give the same output at the second token
+    (both see key 0 only); the check waits for the third token to tell which."""
+    def before(attn, x_new, cache):
+        if cache.k is None:  # the first token: nothing cached yet, so it attends to itself
+            return cached_attention_step(attn, x_new, cache)
+        return cached_attention_step(attn, x_new, cache, attend="before")
+
+    with pytest.raises(ExerciseFailed, match=r"token 3 of 5.*attends to the earlier positions but not to itself"):
+        ex.check_cached_attention_step(before)
+    with pytest.raises(ExerciseFailed, match=r"token 3 of 5.*attends only to the first position"):
+        ex.check_cached_attention_step(lambda a, x, c: cached_attention_step(a, x, c, attend="tril"))
+
+
+def test_cached_attention_step_exception_names_the_shapes():
+    """A wrong-dimension append fails inside the reader's attention: the message names the call's shapes
+    and, from the cache the step left, the dimension."""
+    with pytest.raises(ExerciseFailed) as info:
+        ex.check_cached_attention_step(lambda a, x, c: cached_attention_step(a, x, c, append_dim=1))
+    message = str(info.value)
+    assert "raised RuntimeError" in message
+    assert "x_new (2, 1, 12), cache BareKVCache(k=(2, 3, 1, 4), v=(2, 3, 1, 4))" in message
+    assert "token 2 of 5" in message
+    assert "cache.k has shape (2, 6, 1, 4) after it, (2, 3, 2, 4) expected" in message
+
+
+@pytest.mark.parametrize(
+    "reader, message",
+    [
+        (lambda a, x, c: a(x, kv_cache=c), r"would let the library cache for you"),
+        (lambda a, x, c: c.update(x, x), r"This cache has no update method"),
+        (lambda a, x, c: cached_attention_step(a, x, ex.BareKVCache()), r"cache\.k is None: your function must "
+         r"extend the cache it is given"),
+        (lambda a, x, c: cached_attention_step(a, x, c).item(), r"raised RuntimeError"),
+        (lambda a, x, c: cached_attention_step(a, x, c)[:, 0], r"should return shape \(2, 1, 12\)"),
+        (lambda a, x, c: cached_attention_step(a, x, c).tolist(), r"should return a torch.Tensor"),
+        (lambda a, x, c: cached_attention_step(a, x, c) * 1.1, r"gives the wrong output \(largest difference"),
+    ],
+)
+def test_cached_attention_step_other_wrong_answers(reader, message):
+    with pytest.raises(ExerciseFailed, match=message):
+        ex.check_cached_attention_step(reader)
+
+
+def test_cached_attention_step_cache_that_duplicates_positions():
+    """A step that appends the new key twice to the cache (but attends right) is named by the cache's length."""
+    def duplicating(attn, x_new, cache):
+        out = cached_attention_step(attn, x_new, cache)
+        cache.k = torch.cat([cache.k, cache.k[:, :, -1:]], dim=2)
+        cache.v = torch.cat([cache.v, cache.v[:, :, -1:]], dim=2)
+        return out
+
+    with pytest.raises(ExerciseFailed, match=r"holds 2 positions after 1 tokens.*duplicates positions"):
+        ex.check_cached_attention_step(duplicating)
+
+
+def test_cached_attention_step_cache_of_keys_before_their_rotation():
+    """Caching the keys unturned and turning the whole cache every step gives the right output, but the cache
+    is not what LayerKVCache holds, and every step turns the earlier keys again."""
+    def unturned(attn, x_new, cache):
+        split = lambda t: t.view(t.shape[0], 1, attn.n_heads, attn.d_head).transpose(1, 2)  # noqa: E731
+        q, k, v = split(attn.W_Q(x_new)), split(attn.W_K(x_new)), split(attn.W_V(x_new))
+        cache.k = k if cache.k is None else torch.cat([cache.k, k], dim=2)
+        cache.v = v if cache.v is None else torch.cat([cache.v, v], dim=2)
+        n = cache.k.shape[2]
+        q, _ = attn.positions.rotate(q, q, n - 1)
+        keys = torch.cat([attn.positions.rotate(cache.k[:, :, j:j + 1], cache.k[:, :, j:j + 1], j)[1]
+                          for j in range(n)], dim=2)
+        out = ((q @ keys.transpose(-2, -1)) / math.sqrt(attn.d_head)).softmax(-1) @ cache.v
+        return attn.W_O(out.transpose(1, 2).reshape(x_new.shape[0], 1, attn.d_model))
+
+    with pytest.raises(ExerciseFailed, match=r"with RoPE, token 2 of 5.*right output, but the cache.*keys before "
+                       r"their rotation"):
+        ex.check_cached_attention_step(unturned)
+
+
+def test_cached_attention_step_unsplit_queries_in_the_cache():
+    def queries(attn, x_new, cache):
+        out = cached_attention_step(attn, x_new, ex.BareKVCache())
+        cache.k = attn.W_Q(x_new) if cache.k is None else torch.cat([cache.k, attn.W_Q(x_new)], dim=1)
+        cache.v = attn.W_V(x_new) if cache.v is None else torch.cat([cache.v, attn.W_V(x_new)], dim=1)
+        return out
+
+    with pytest.raises(ExerciseFailed, match=r"token 1 of 5.*right output.*shape \(2, 1, 12\).*holds the queries"):
+        ex.check_cached_attention_step(queries)
+
+
+def test_cached_attention_step_hints_are_specific():
+    """At the last token every recomputed mistake differs from the right output and from every other mistake."""
+    for rope in (False, True):
+        attn, x = ex.kv_cache_parts(rope)
+        t = ex.KV_TOKENS - 1
+        with torch.no_grad():
+            right = attn(x)[:, -1:]
+            firsts = {}
+            for hint, wrong in ex.kv_cache_mistakes(attn, x, t):
+                if not rope and ("RoPE" in hint or "with RoPE" in hint):
+                    assert torch.allclose(wrong, right, atol=1e-5)  # positions outside attention: the same
+                    continue
+                assert not torch.allclose(wrong, right, atol=1e-3), hint[:60]
+                firsts.setdefault(hint, wrong)
+        values = list(firsts.items())
+        for i, (hint_a, a) in enumerate(values):
+            for hint_b, b in values[i + 1:]:
+                assert not torch.allclose(a, b, atol=1e-3), (hint_a[:40], hint_b[:40])
+
+
+def test_cached_attention_step_leaves_the_readers_state_alone():
+    """The check draws its weights without touching the global RNG and never changes the attention layer."""
+    torch.manual_seed(123)
+    before = torch.get_rng_state()
+    ex.check_cached_attention_step(cached_attention_step)
+    assert torch.equal(torch.get_rng_state(), before)
+    attn, x = ex.kv_cache_parts(True)
+    snapshot = {k: v.clone() for k, v in attn.state_dict().items()}
+    x0 = x.clone()
+    ex.kv_cache_mistakes(attn, x, ex.KV_TOKENS - 1)
+    assert all(torch.equal(v, snapshot[k]) for k, v in attn.state_dict().items()) and torch.equal(x, x0)

@@ -8,27 +8,38 @@
   smallest set of most likely tokens whose probability reaches ``p``
 * :func:`check_causal_attention`: ``causal_attention(scores)``, the causal attention weights of the
   last ``seq_q`` of ``seq_k`` positions (the others come from a KV cache)
+* :func:`check_cached_attention_step`: ``cached_attention_step(attn, x_new, cache)``, one generation
+  step of causal attention with a KV cache the reader writes (project the new token, append its key
+  and value, attend over the cache)
 
 The inputs are chosen so that every common mistake gives a different answer. For the loss:
 ``batch=3, seq=8, vocab=7`` (``seq - 1 == vocab``, so forgetting to flatten runs without error and
 gives a recognisable wrong number), logits of a few units, and token ids whose next, current and
 previous tokens differ. For the filters: 10 logits with distinct values, not in sorted order (so
 "the first k tokens" is not "the k most likely"), and thresholds ``p`` that no partial sum of the
-probabilities comes close to (so off-by-one sets differ clearly).
+probabilities comes close to (so off-by-one sets differ clearly). For the KV cache: batch 2, 3 heads
+of width 4 and 5 tokens, all different, so that a cache appended on the wrong dimension has a shape
+that names it, and weights large enough that attention is far from uniform.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Callable
 
 import torch
 import torch.nn.functional as F
+from einops import rearrange
 from torch import Tensor
 
 from ..generation import next_token_probs
+from ..layers.attention import MultiHeadAttention
+from ..layers.kv_cache import LayerKVCache
 from ..layers.masks import causal_mask as _causal_mask
+from ..layers.positions import RotaryEmbedding
 from ..losses import causal_lm_loss
-from ._checking import NOT_IMPLEMENTED, ExerciseFailed, call, close, correct, expect_tensor, fail, pending, Verdict
+from ._checking import (NOT_IMPLEMENTED, ExerciseFailed, Verdict, attempt, call, close, correct, expect_tensor, fail,
+                        pending)
 
 
 def _match(name: str, got: Tensor, expected: Tensor, mistakes: list[tuple[str, Tensor]], what: str) -> None:
@@ -435,3 +446,342 @@ def check_causal_attention(fn: Callable[[Tensor], Tensor]) -> Verdict:
              f"scores you were given, unchanged apart from the mask.")
     return correct("Your weights match tl.causal_mask + softmax: every query sees itself and the keys before it, "
                    "cached ones included, and no key after it.")
+
+
+# ------------------------------------------------------------------------------ the KV cache itself
+
+# batch, n_heads, d_head and the number of tokens all differ, so a cache appended on the wrong
+# dimension has a shape that says which one.
+KV_BATCH, KV_N_HEADS, KV_D_HEAD, KV_TOKENS = 2, 3, 4, 5
+KV_D_MODEL = KV_N_HEADS * KV_D_HEAD
+# GPT-2 adds its positions to the embeddings, so its attention's rotate changes nothing; RoPE (chapter 5)
+# turns q and k by their positions, which only the offset gives.
+KV_CASES = ("GPT-2's attention", "attention with RoPE")
+_DIMS = {0: "dim 0 (batch)", 1: "dim 1 (n_heads)", 3: "dim 3 (d_head)"}
+
+
+class BareKVCache:
+    """The state of a :class:`~transformer_lib.layers.kv_cache.LayerKVCache` without its ``update``.
+
+    ``k``, ``v``: None before the first token, then ``(batch, n_heads, seq_cached, d_head)``. The
+    reader's ``cached_attention_step`` extends them; writing that is the exercise.
+    """
+
+    def __init__(self) -> None:
+        self.k: Tensor | None = None
+        self.v: Tensor | None = None
+
+    def __repr__(self) -> str:
+        return f"BareKVCache(k={_shape(self.k)}, v={_shape(self.v)})"
+
+
+def _shape(t) -> str:
+    return str(tuple(t.shape)) if isinstance(t, Tensor) else repr(t) if t is None else type(t).__name__
+
+
+def kv_cache_parts(rope: bool, seed: int = 0) -> tuple[MultiHeadAttention, Tensor]:
+    """A causal ``MultiHeadAttention(d_model=12, n_heads=3)`` in eval mode, with RoPE or without, and
+    ``x (batch=2, tokens=5, d_model=12)``. The weights are larger than PyTorch's default so that the
+    attention weights are far from uniform and every mistake moves the output clearly."""
+    g = torch.Generator().manual_seed(100 + seed + 10 * rope)
+    with torch.random.fork_rng(devices=[]):  # nn.Linear's init draws from the global RNG: leave the reader's alone
+        positions = RotaryEmbedding(KV_D_HEAD, n_positions=32) if rope else None
+        attn = MultiHeadAttention(KV_D_MODEL, KV_N_HEADS, kind="causal", positions=positions).eval()
+    with torch.no_grad():
+        for p in attn.parameters():
+            p.copy_(0.5 * torch.randn(p.shape, generator=g))
+    x = torch.randn(KV_BATCH, KV_TOKENS, KV_D_MODEL, generator=g)
+    return attn, x
+
+
+def _heads(attn: MultiHeadAttention, t: Tensor) -> Tensor:
+    """``(batch, seq, n_heads * d_head) -> (batch, n_heads, seq, d_head)``."""
+    return rearrange(t, "b s (h d) -> b h s d", h=attn.n_heads)
+
+
+def _kv_parts(attn: MultiHeadAttention, x: Tensor, positions: list[int], query=None, key=None,
+              value=None) -> tuple[Tensor, Tensor, Tensor]:
+    """Every token's ``q, k, v`` ``(batch, n_heads, seq, d_head)``, token ``j``'s ``q`` and ``k`` turned as
+    position ``positions[j]``; ``query``, ``key``, ``value``: the projections (W_Q, W_K, W_V unless given)."""
+    same = lambda t: t  # noqa: E731 (a projection that leaves x as it is)
+    project = {None: None, "x": same}
+    q = _heads(attn, (project.get(query, query) or attn.W_Q)(x))
+    k = _heads(attn, (project.get(key, key) or attn.W_K)(x))
+    v = _heads(attn, (project.get(value, value) or attn.W_V)(x))
+    turned = [attn.positions.rotate(q[:, :, j:j + 1], k[:, :, j:j + 1], p) for j, p in enumerate(positions)]
+    return torch.cat([a for a, _ in turned], dim=2), torch.cat([b for _, b in turned], dim=2), v
+
+
+def _readout(attn: MultiHeadAttention, q: Tensor, k: Tensor, v: Tensor, scale: float | None = None,
+             dim: int = -1, w_o: bool = True) -> Tensor:
+    """One new query ``q (batch, n_heads, 1, d_head)`` attending over ``k``, ``v``: ``(batch, 1, d_model)``."""
+    scale = math.sqrt(attn.d_head) if scale is None else scale
+    weights = (q @ k.transpose(-2, -1) / scale).softmax(dim)
+    out = rearrange(weights @ v, "b h s d -> b s (h d)")
+    return attn.W_O(out) if w_o else out
+
+
+def kv_cache_mistakes(attn: MultiHeadAttention, x: Tensor, t: int) -> list[tuple[str, Tensor]]:
+    """``(hint, the output that mistake gives)`` at step ``t`` (the new token is ``x[:, t]``), each mistake
+    recomputed from the prefix ``x[:, :t + 1]``."""
+    n = t + 1
+    xs = x[:, :n]
+    Q, K, V = _kv_parts(attn, xs, list(range(n)))
+    q, new = Q[:, :, t:], slice(t, n)
+
+    def read(*args, **kw) -> Tensor:
+        return _readout(attn, *args, **kw)
+
+    batch, n_heads, d_head = x.shape[0], attn.n_heads, attn.d_head
+    wrong_offsets = [[0] + [bad] * t for bad in (batch, n_heads, d_head)]  # len(cache.k), shape[1], shape[-1]
+    Q0, K0, _ = _kv_parts(attn, xs, [0] * n)  # every token turned as position 0: no rotation at all
+    mistakes = {
+        "Your new token attends only to itself: the earlier positions are forgotten. Either the cache is "
+        "overwritten (cache.k = k) instead of extended, or you attended with the new k and v instead of "
+        "everything in the cache. Append: cache.k = torch.cat([cache.k, k], dim=2) (the same for v), then "
+        "attend over cache.k and cache.v.": read(q, K[:, :, new], V[:, :, new]),
+        "Your new token attends only to the first position: a causal mask built as if the query were the "
+        "first position (torch.tril(torch.ones(1, seq_k))) hides every cached key but one. The new token is "
+        "the *last* position and may see every key, so one new query needs no mask (or "
+        "tl.causal_mask(1, seq_k), whose diagonal is shifted by the cache, exercise (d)).":
+            read(q, K[:, :, :1], V[:, :, :1]),
+        "Your new token attends to the earlier positions but not to itself: you attended before appending its "
+        "k and v. Append first, then attend over the whole cache, the new key included.":
+            read(q, K[:, :, :t], V[:, :, :t]) if t else [],
+        "The new token's key and value are counted twice: after appending them to the cache you added them "
+        "again (torch.cat([cache.k, k]) with the k already inside), so it attends to itself with double "
+        "weight. After the append, cache.k and cache.v already hold the new token.":
+            read(q, torch.cat([K, K[:, :, new]], dim=2), torch.cat([V, V[:, :, new]], dim=2)),
+        "Keys and values are swapped: the scores must use the keys (q @ k^T, W_K) and the weighted sum the "
+        "values (W_V). Check the order in which you project, store and read them.": [
+            read(q, V, K),  # swapped where they are stored or read
+            read(q, *_kv_parts(attn, xs, list(range(n)), key=attn.W_V, value=attn.W_K)[1:]),  # projected
+        ],
+        "You projected the new query with W_K: the query is W_Q x_new; the keys are W_K x.":
+            read(_kv_parts(attn, xs, list(range(n)), query=attn.W_K)[0][:, :, t:], K, V),
+        "Your cache holds the tokens' inputs x where it needs their projections: keys are W_K x and values "
+        "W_V x (split into heads), computed once per token and then cached.": [
+            read(q, *_kv_parts(attn, xs, list(range(n)), key="x", value="x")[1:]),
+            read(q, K, _heads(attn, xs)),  # keys cached as x are named by the cache check, after token 1
+        ],
+        "You used the keys as the values too: the weighted sum reads the values, W_V x.": read(q, K, K),
+        "You scaled the scores by 1/sqrt(d_model): each head's scores are scaled by 1/sqrt(d_head) "
+        "(attn.d_head).": read(q, K, V, scale=math.sqrt(attn.d_model)),
+        "You did not scale the scores: divide q @ k^T by sqrt(d_head) before the softmax.": read(q, K, V, scale=1.0),
+        "You took the softmax over the queries (dim=-2): with one new query every weight is then 1. The "
+        "softmax runs over the keys, the last dimension.": read(q, K, V, dim=-2),
+        "You left out W_O: after merging the heads, attention's output goes through attn.W_O.":
+            read(q, K, V, w_o=False),
+        "The new token's q and k are not turned by its position (with RoPE): either you did not call "
+        "attn.positions.rotate, or not with the cached positions (offset 0 every step), or you dropped its "
+        "result (it returns the turned pair: q, k = attn.positions.rotate(q, k, offset)). offset is the "
+        "number of positions already cached, cache.k.shape[2] (0 before the first token).":
+            read(Q0[:, :, t:], K0, V),
+        "Your RoPE offset is not the number of cached positions: len(cache.k) is the batch size, "
+        "cache.k.shape[1] the number of heads and cache.k.shape[-1] d_head. The cached positions are along "
+        "dim 2: offset = cache.k.shape[2] (0 before the first token).": [
+            read(Qw[:, :, t:], Kw, V) for Qw, Kw, _ in (_kv_parts(attn, xs, p) for p in wrong_offsets)],
+    }
+    return _flat(mistakes)
+
+
+def _cache_shape_problem(got: Tensor, right: tuple[int, ...], attn: MultiHeadAttention) -> str | None:
+    """Why a cache tensor of shape ``got`` is not ``right = (batch, n_heads, n, d_head)``, where its shape says."""
+    batch, n_heads, n, d_head = right
+    got = tuple(got.shape)
+    for dim, label in _DIMS.items():
+        wrong = [batch, n_heads, 1, d_head]
+        wrong[dim] *= n
+        if n > 1 and got == tuple(wrong):
+            return (f"You appended on {label}, not on the sequence: the cache is (batch, n_heads, seq, d_head), so a "
+                    f"new token goes at the end of dim 2: torch.cat([cache.k, k], dim=2) (or dim=-2).")
+    if got in ((batch, n, n_heads, d_head), (batch, 1, n_heads * n, d_head)):
+        return ("Your cache is laid out (batch, seq, n_heads, d_head): after view(batch, 1, n_heads, d_head), "
+                "move the heads before the sequence with .transpose(1, 2) (or split with rearrange(t, "
+                "'b s (h d) -> b h s d', h=attn.n_heads)), then append on dim 2.")
+    if got == (batch, n, attn.d_model):
+        return None  # x itself or the keys before the split into heads: the values say which
+    if len(got) == 4 and got[:2] == (batch, n_heads) and got[3] == d_head and got[2] != n:
+        m = got[2]
+        if m == 1:
+            return ("It holds only the newest token: the cache is overwritten (cache.k = k) instead of extended. "
+                    "Append: cache.k = torch.cat([cache.k, k], dim=2) (the same for v).")
+        if m > n:
+            return (f"It holds {m} positions after {n} tokens: each step must append the new token's k and v "
+                    f"once (appending them twice, or the keys of a whole prefix again, duplicates positions).")
+        return f"It holds {m} positions after {n} tokens: every token's k and v must stay in the cache."
+    return None
+
+
+def _cache_problem(attn: MultiHeadAttention, x: Tensor, t: int, cache, ref: LayerKVCache) -> str | None:
+    """What is wrong with the reader's cache after token ``t``, or None when it equals ``ref``, the cache
+    :class:`LayerKVCache` holds after the same tokens."""
+    n = t + 1
+    xs = x[:, :n]
+    right_k, right_v = ref.k, ref.v
+    for what in ("k", "v"):
+        got = getattr(cache, what, None)
+        if not isinstance(got, Tensor):
+            return (f"After token {n}, cache.{what} is {_shape(got)}: your function must extend the cache it is "
+                    f"given, cache.k and cache.v, (batch, n_heads, seq, d_head), as LayerKVCache.update does "
+                    f"(the next step reads them there).")
+    k, v = cache.k.detach(), cache.v.detach()
+    for what, got, right in (("k", k, right_k), ("v", v, right_v)):
+        if got.shape != right.shape:
+            why = _cache_shape_problem(got, tuple(right.shape), attn)
+            if why is None and got.shape == xs.shape:  # (batch, n, d_model): what was cached, not split
+                if close(got, xs):
+                    why = ("It holds the tokens' inputs x: project each token once, k = W_K x and v = W_V x "
+                           "split into heads, and cache those, so that no step projects the earlier tokens again.")
+                elif close(got, attn.W_Q(xs)):
+                    why = "It holds the queries W_Q x: cache each token's key, W_K x, split into heads."
+                else:
+                    why = ("Keep it split into heads, as LayerKVCache does: rearrange(t, 'b s (h d) -> b h s d', "
+                           "h=attn.n_heads) before you append.")
+            return (f"After token {n}, cache.{what} has shape {tuple(got.shape)}, and it should be "
+                    f"{tuple(right.shape)}, (batch, n_heads, seq, d_head). {why or ''}").rstrip()
+    if close(k, right_k) and close(v, right_v):
+        return None
+    positions = list(range(n))
+    Q, _, _ = _kv_parts(attn, xs, positions)
+    _, plain_k, _ = _kv_parts(attn, xs, [0] * n)  # no rotation
+    _, k_late, _ = _kv_parts(attn, xs, [p + 1 for p in positions])
+    X = _heads(attn, xs)
+    about_k = [
+        ("the keys before their rotation: store them turned by their positions (q, k = attn.positions.rotate("
+         "q, k, offset) before the append), as LayerKVCache does, so that no step turns the earlier keys again",
+         plain_k),
+        ("keys turned one position too far: offset is the number of positions cached *before* this token, "
+         "cache.k.shape[2], so the first token is at position 0", k_late),
+        ("the queries: cache each token's key, W_K x, not W_Q x", Q),
+        ("the tokens' inputs x split into heads: cache the keys W_K x", X),
+    ]
+    # a wrong cache.v changes the output at once, where the output's own hints name it
+    for what, got, right, candidates in (("k", k, right_k, about_k), ("v", v, right_v, [])):
+        if close(got, right):
+            continue
+        for why, wrong in candidates:
+            if close(got, wrong):
+                return f"After token {n}, cache.{what} holds {why}."
+        err = (got.float() - right.float()).abs().max().item()
+        kind, each = ("keys", "W_K x, turned by its position") if what == "k" else ("values", "W_V x")
+        return (f"After token {n}, cache.{what} holds other numbers than the {kind} of the tokens so far "
+                f"(largest difference: {err:.3g}): it should equal what LayerKVCache holds, every token's "
+                f"{each}, split into heads, in order along dim 2.")
+    return None
+
+
+def _exception_hint(e: Exception, attn: MultiHeadAttention, t: int, cache) -> str:
+    text = str(e)
+    if isinstance(e, AttributeError) and "update" in text:
+        return ("This cache has no update method: writing it is the exercise. Set cache.k and cache.v yourself "
+                "(the first token's k and v as they are, later ones appended with torch.cat(..., dim=2)).")
+    if "LayerKVCache" in text:
+        return ("attn(x_new, kv_cache=...) would let the library cache for you: write the step yourself with "
+                "attn.W_Q, attn.W_K, attn.W_V and attn.W_O.")
+    if t == 0 and "NoneType" in text:
+        return ("Before the first token cache.k and cache.v are None: store the first token's k and v as they are "
+                "(if cache.k is None: cache.k, cache.v = k, v) and append from the second token on.")
+    right = (KV_BATCH, attn.n_heads, t + 1, attn.d_head)
+    for what in ("k", "v"):
+        got = getattr(cache, what, None)
+        if isinstance(got, Tensor) and tuple(got.shape) != right:
+            why = _cache_shape_problem(got, right, attn)
+            if why:
+                return f"cache.{what} has shape {tuple(got.shape)} after it, {right} expected. {why}"
+    if t > 0:
+        return (f"The earlier tokens ran: the error comes once the cache holds {t} position{'s' * (t > 1)}. Append "
+                f"on the sequence dimension, dim 2 of (batch, n_heads, seq, d_head): torch.cat([cache.k, k], dim=2).")
+    return ("x_new is (batch, 1, d_model): project it with attn.W_Q, attn.W_K, attn.W_V and split each into heads, "
+            "(batch, n_heads, 1, d_head), with rearrange(t, 'b s (h d) -> b h s d', h=attn.n_heads).")
+
+
+def _kv_step(name: str, fn: Callable, attn: MultiHeadAttention, x: Tensor, t: int, cache, case: str):
+    """The reader's step on token ``t``; an exception becomes an ExerciseFailed naming the shapes it was called with."""
+    x_new = x[:, t:t + 1].clone()  # a copy: the reader's code may change it in place
+    called = (f"(called with attn=MultiHeadAttention(d_model={attn.d_model}, n_heads={attn.n_heads}, "
+              f"d_head={attn.d_head}), x_new {tuple(x_new.shape)}, cache {cache!r}; {case}, token {t + 1} "
+              f"of {KV_TOKENS})")
+    try:
+        return attempt(fn, attn, x_new, cache)
+    except ExerciseFailed:
+        raise
+    except Exception as e:  # the reader's bug: report it with the shapes it was called with
+        raise ExerciseFailed(f"{name} raised {type(e).__name__}: {e}\n{called}. "
+                             f"{_exception_hint(e, attn, t, cache)}") from e
+
+
+def check_cached_attention_step(fn: Callable[[MultiHeadAttention, Tensor, object], Tensor]) -> Verdict:
+    """Check ``fn(attn, x_new, cache) -> (batch, 1, d_model)``: one generation step of causal attention with
+    a KV cache the reader writes.
+
+    ``attn`` is a causal :class:`~transformer_lib.MultiHeadAttention`, ``x_new`` the new token's input
+    ``(batch, 1, d_model)``, ``cache`` a :class:`BareKVCache` (``cache.k``, ``cache.v``: None before the
+    first token, then ``(batch, n_heads, seq_cached, d_head)``). The step projects ``x_new`` only, turns
+    ``q`` and ``k`` with ``attn.positions.rotate(q, k, offset)`` (``offset``: the positions already cached),
+    appends ``k`` and ``v`` on dim 2, attends with the new query over the whole cache and applies ``W_O``.
+
+    A prompt of 5 tokens, batch 2, goes through token by token, twice: with GPT-2's attention (positions
+    outside attention) and with RoPE. Every step's output is compared with ``attn`` run on the whole
+    prefix without a cache, and the cache with what :class:`LayerKVCache` holds after the same tokens.
+    Prints ``Correct!`` and returns a true ``Verdict`` when right; returns a false one while ``fn`` raises
+    NotImplementedError; otherwise raises :class:`ExerciseFailed` naming the mistake: appended on the
+    wrong dimension (batch, heads, d_head) or a (batch, seq, n_heads, d_head) layout, earlier positions
+    forgotten (the cache overwritten, or only the new key used), a causal mask that lets the new token
+    see only the first position, the new token left out of its own attention or counted twice, keys and
+    values swapped, the query projected with ``W_K``, the queries or the inputs ``x`` cached instead of
+    ``W_K x`` and ``W_V x`` (named from the output or from the cache), the values taken from the keys, a
+    wrong scale, the softmax over the queries, ``W_O`` left out, no rotation or a RoPE offset read from
+    the wrong dimension, keys turned one position too far, and a cache left empty, not split into heads,
+    stored before its rotation, or holding duplicated positions. An exception names the shapes of the
+    call and, where the cache it left says so, the dimension appended on.
+    """
+    name = "cached_attention_step"
+    with torch.no_grad():
+        for rope, case in zip((False, True), KV_CASES):
+            attn, x = kv_cache_parts(rope)
+            cache, unsure = BareKVCache(), []  # unsure: hints that matched together at an earlier step
+            for t in range(KV_TOKENS):
+                got = _kv_step(name, fn, attn, x, t, cache, case)
+                if got is NOT_IMPLEMENTED:
+                    return pending(name)
+                n = t + 1
+                where = f"{name} ({case}, token {n} of {KV_TOKENS}, batch {KV_BATCH})"
+                expected = attn(x[:, :n])[:, -1:]  # the library without a cache: the whole prefix again
+                ref = LayerKVCache()
+                attn(x[:, :n], kv_cache=ref)  # the keys and values the library caches after these tokens
+                if not isinstance(got, Tensor):
+                    fail(f"{where} should return a torch.Tensor, but it returned {type(got).__name__}.")
+                if got.shape != expected.shape:
+                    shape = tuple(got.shape)
+                    why = (" You returned the heads unmerged: merge them, rearrange(out, 'b h s d -> b s (h d)'), "
+                           "and apply attn.W_O." if shape == (KV_BATCH, attn.n_heads, 1, attn.d_head) else
+                           " You returned an output for every cached position: the step returns the new "
+                           "token's only." if shape == (KV_BATCH, n, attn.d_model) and n > 1 else "")
+                    problem = _cache_problem(attn, x, t, cache, ref)
+                    fail(f"{where} should return shape {tuple(expected.shape)}, (batch, 1, d_model), but it "
+                         f"returned {shape}.{why}" + (f" {problem}" if problem else ""))
+                if not close(got, expected):
+                    matches = list(dict.fromkeys(h for h, wrong in kv_cache_mistakes(attn, x, t) if close(got, wrong)))
+                    narrowed = [h for h in matches if h in unsure] or matches
+                    if len(narrowed) == 1 or (narrowed and t == KV_TOKENS - 1):
+                        fail(f"{where} is not right yet. {narrowed[0]}")
+                    if narrowed:  # two mistakes give this output at this step: the next token tells them apart
+                        unsure = narrowed
+                        continue
+                    if unsure:
+                        fail(f"{where} is not right yet. {unsure[0]}")
+                    problem = _cache_problem(attn, x, t, cache, ref)
+                    err = (got.float() - expected.float()).abs().max().item()
+                    fail(f"{where} gives the wrong output (largest difference from attn on the whole prefix: "
+                         f"{err:.3g}). " + (problem or "Check each step against MultiHeadAttention.forward: "
+                         "project, split into heads, rotate, append, attend, merge, W_O."))
+                if unsure:
+                    fail(f"{where} is not right yet (at the token before this one). {unsure[0]}")
+                problem = _cache_problem(attn, x, t, cache, ref)
+                if problem:
+                    fail(f"{where} gives the right output, but the cache is not right. {problem}")
+    return correct(f"Token by token ({KV_TOKENS} tokens, batch {KV_BATCH}), your step gives what attention over "
+                   f"the whole prefix gives, with GPT-2's attention and with RoPE, and your cache holds what "
+                   f"LayerKVCache holds: each token projected once, its key turned by its position, appended on "
+                   f"the sequence dimension.")
