@@ -7,6 +7,7 @@ configuration (the same data, model, batches, schedule and evaluation), and writ
 that file where it is present (not in Colab, which has the notebook alone), checks that its
 settings are the chapter's, and draws and quotes it beside its own run.
 
+    python scripts/longer_runs.py ch05              # positions read past the training length: 5 seeds x 1, 4
     python scripts/longer_runs.py ch06              # tied vs untied: 5 seeds x 1, 2, 4, 8 x the steps
     python scripts/longer_runs.py ch08              # original vs Cramming BERT: seeds x budgets x peak lrs
     python scripts/longer_runs.py ch09              # reversal: exact match over training, 5 seeds
@@ -40,7 +41,7 @@ import transformer_lib as tl  # noqa: E402
 from transformer_lib.speed import cpu_name  # noqa: E402
 
 OUT = ROOT / "book" / "longer_runs"
-NAMES = {"ch06": "06_weight_tying", "ch08": "08_bert", "ch09": "09_transformer", "ch10": "10_putting_it_together"}
+NAMES = {"ch05": "05_positions", "ch06": "06_weight_tying", "ch08": "08_bert", "ch09": "09_transformer", "ch10": "10_putting_it_together"}
 
 
 def load() -> list[float]:
@@ -83,6 +84,50 @@ def save(chapter: str, record: dict, started: float) -> Path:
 
 def log(*parts) -> None:
     print(time.strftime("%H:%M:%S"), *parts, flush=True)
+
+
+# ---- chapter 5: train short, read long ----------------------------------------------------------
+
+def ch05(args, argv) -> None:
+    settings = dict(train_len=32, steps=150, batch=16, d_model=64, n_layers=2, n_heads=4, lr=3e-3, eval_batches=32,
+                    schemes=["learned", "rope", "alibi", "none"])
+    s = settings
+    text = tl.load_tiny_shakespeare()
+    tok = tl.CharTokenizer.from_text(text)
+    train_ids, val_ids = tl.train_val_split(torch.tensor(tok.encode(text)), 0.1)
+    longest = 4 * s["train_len"]
+    sampler = tl.BatchSampler(val_ids, s["batch"], longest, seed=1234)
+    eval_batches = [sampler() for _ in range(s["eval_batches"])]  # as the chapter: windows 4 x train_len
+    bands = {"1x": (0, s["train_len"]), "2x": (s["train_len"], 2 * s["train_len"]), "4x": (2 * s["train_len"], longest)}
+
+    @torch.no_grad()
+    def loss_by_position(model, length):
+        reader = tl.GPT2(replace(model.config, n_ctx=length)).eval()
+        reader.load_state_dict(model.state_dict())
+        return torch.stack([F.cross_entropy(reader(x[:, :length]).transpose(1, 2), y[:, :length], reduction="none")
+                            .mean(0) for x, y in eval_batches]).mean(0)
+
+    record = header("ch05", argv, settings)
+    record.setdefault("runs", [])
+    started = time.process_time()
+    for multiple in args.multiples or (1, 4):
+        steps = s["steps"] * multiple
+        for seed in range(args.seeds):
+            for positional in s["schemes"]:
+                if have(record["runs"], scheme=positional, seed=seed, multiple=multiple):
+                    continue
+                torch.manual_seed(seed)
+                model = tl.GPT2(tl.GPT2Config(vocab_size=tok.vocab_size, n_ctx=s["train_len"], d_model=s["d_model"],
+                                              n_layers=s["n_layers"], n_heads=s["n_heads"], positional=positional,
+                                              use_sdpa=True))
+                tl.train(model, tl.BatchSampler(train_ids, s["batch"], s["train_len"], seed=seed + 1), None,
+                         tl.TrainConfig(max_steps=steps, lr=s["lr"], warmup_steps=steps // 10, device="cpu",
+                                        eval_interval=steps, eval_steps=1, progress=False, seed=seed))
+                curve = loss_by_position(model.eval(), s["train_len"] if positional == "learned" else longest)
+                means = {b: round(curve[lo:hi].mean().item(), 4) for b, (lo, hi) in bands.items() if hi <= len(curve)}
+                record["runs"].append(dict(scheme=positional, seed=seed, multiple=multiple, steps=steps, **means))
+                log(f"ch05 x{multiple} seed {seed} {positional}: {means}")
+            save("ch05", record, started)
 
 
 # ---- chapter 6: tied against untied -----------------------------------------------------------
@@ -362,7 +407,7 @@ def ch10(args, argv) -> None:
             save("ch10", record, started)
 
 
-COMMANDS = {"ch06": ch06, "ch08": ch08, "ch09": ch09, "ch10": ch10}
+COMMANDS = {"ch05": ch05, "ch06": ch06, "ch08": ch08, "ch09": ch09, "ch10": ch10}
 
 
 def main(argv: list[str] | None = None) -> None:

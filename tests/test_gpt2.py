@@ -230,7 +230,7 @@ def test_config_errors():
     with pytest.raises(ValueError, match=r"n_layers must be in \[1, inf\], got 0"):
         tl.GPT2Config(n_layers=0)
     with pytest.raises(ValueError, match=r"positional must be one of"):
-        tl.GPT2Config(positional="alibi")
+        tl.GPT2Config(positional="xpos")  # not registered
     with pytest.raises(TypeError, match=r"use_sdpa must be True or False, got str 'no'"):
         tl.GPT2Config(use_sdpa="no")
     with pytest.raises(ValueError, match=r"rope_base must be a number > 0, got 0"):

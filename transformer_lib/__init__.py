@@ -9,7 +9,7 @@ chapter                                     module
 2  Attention                                ``layers.attention``, ``layers.masks``, ``layers.attention_checks``
 3  Feed-forward networks                    ``layers.feedforward``
 4  Normalization and residuals              ``layers.normalization``, ``layers.block``
-5  Positional encodings                     ``layers.positions``, ``layers.position_registry``
+5  Positional encodings                     ``layers.positions``, ``layers.alibi``, ``layers.position_registry``
 6  Weight tying                             ``models.gpt2`` (``tie_weights``), ``params``
 7  GPT-2                                    ``data.datasets``, ``data.batches``, ``training``, ``models.gpt2``, ``init``, ``generation``, ``layers.kv_cache``
 8  BERT                                     ``models.bert``, ``data.mlm``
@@ -29,6 +29,7 @@ from .data import (BPETokenizer, BatchSampler, CharTokenizer, MLMCollator, get_b
 from .generation import beam_search, generate, next_token_probs, sample_next_token
 from .init import init_weights_
 from .layers import (
+    ALiBi,
     DecoderBlock,
     FeedForward,
     GatedFeedForward,
@@ -67,7 +68,7 @@ from .models import hub_reachable, BERT, GPT2, BERTConfig, EncoderDecoder, Encod
 __version__ = "0.3.0"
 
 __all__ = [
-    "BERT", "BERTConfig", "BPETokenizer", "BatchSampler", "Callback", "CharTokenizer", "MLMCollator", "TrainConfig", "TrainState", "TrainStep", "DecoderBlock", "EncoderDecoder", "EncoderDecoderConfig", "FeedForward",
+    "ALiBi", "BERT", "BERTConfig", "BPETokenizer", "BatchSampler", "Callback", "CharTokenizer", "MLMCollator", "TrainConfig", "TrainState", "TrainStep", "DecoderBlock", "EncoderDecoder", "EncoderDecoderConfig", "FeedForward",
     "GPT2", "GPT2Config", "GatedFeedForward", "IGNORE_INDEX", "KVCache", "LayerNorm",
     "LearnedPositionalEmbedding", "MultiHeadAttention", "PositionScheme", "RMSNorm", "RotaryEmbedding",
     "ScaledSinusoidalPositionalEncoding", "SinusoidalPositionalEncoding", "TokenEmbedding", "TransformerBlock", "TransformerConfig",

@@ -54,7 +54,7 @@ class TransformerConfig:
     norm: str = "layernorm"  # layernorm | rmsnorm
     norm_position: str = "pre"  # pre | post
     norm_eps: float = 1e-5
-    positional: str = "learned"  # a name in layers/position_registry.py: learned, sinusoidal, rope, ...
+    positional: str = "learned"  # a name in layers/position_registry.py: learned, sinusoidal, rope, alibi, ...
     rope_base: float = 10000.0
     dropout: float = 0.0
     bias: bool = True  # biases in the linear layers and LayerNorms

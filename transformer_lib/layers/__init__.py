@@ -1,5 +1,6 @@
 """Building blocks (part I of the book): one module per concept."""
 
+from .alibi import ALiBi, alibi_slopes
 from .attention import MultiHeadAttention, capture_attention, scaled_dot_product_attention
 from .block import DecoderBlock, TransformerBlock
 from .embedding import TokenEmbedding
@@ -17,9 +18,9 @@ from .positions import (
 )
 
 __all__ = [
-    "DecoderBlock", "FeedForward", "GatedFeedForward", "KVCache", "LayerKVCache", "LayerNorm",
+    "ALiBi", "DecoderBlock", "FeedForward", "GatedFeedForward", "KVCache", "LayerKVCache", "LayerNorm",
     "LearnedPositionalEmbedding", "MultiHeadAttention", "PositionScheme", "RMSNorm", "RotaryEmbedding",
     "ScaledSinusoidalPositionalEncoding", "SinusoidalPositionalEncoding", "TokenEmbedding", "TransformerBlock", "capture_attention",
     "causal_mask", "combine_masks", "gated_hidden_size", "gelu", "gelu_tanh", "make_ffn", "make_norm",
-    "padding_mask", "relu", "scaled_dot_product_attention", "silu", "sinusoidal_encoding",
+    "padding_mask", "relu", "scaled_dot_product_attention", "silu", "sinusoidal_encoding", "alibi_slopes",
 ]

@@ -12,6 +12,7 @@ from typing import Callable
 
 from torch import nn
 
+from .alibi import ALiBi
 from .positions import (
     LearnedPositionalEmbedding,
     PositionScheme,
@@ -26,6 +27,7 @@ POSITIONALS: dict[str, Callable[..., tuple[nn.Module | None, PositionScheme | No
     "sinusoidal": lambda c: (SinusoidalPositionalEncoding(c.n_ctx, c.d_model), None),
     "scaled_sinusoidal": lambda c: (ScaledSinusoidalPositionalEncoding(c.n_ctx, c.d_model), None),
     "rope": lambda c: (None, RotaryEmbedding(c.d_head, c.n_ctx, c.rope_base)),
+    "alibi": lambda c: (None, ALiBi(c.n_heads)),
     "none": lambda c: (None, None),
 }
 

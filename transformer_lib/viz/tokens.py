@@ -186,7 +186,8 @@ def merges_explorer(
                                  marker=dict(size=14, color="#d62728"), showlegend=False, hoverinfo="skip"),
                       row=2, col=1)
     for name, (size, value) in references.items():
-        fig.add_trace(go.Scatter(x=[size], y=[value], mode="markers+text", text=[name], textposition="top center",
+        side = "top right" if size < min(sizes) else "top left" if size > max(sizes) else "top center"
+        fig.add_trace(go.Scatter(x=[size], y=[value], mode="markers+text", text=[name], textposition=side,
                                  marker=dict(size=10, color="gray", symbol="diamond"), showlegend=False,
                                  hovertemplate=f"{name}: vocabulary {size:,}, %{{y:.3f}} tokens per character"
                                                "<extra></extra>"), row=2, col=1)
