@@ -435,11 +435,26 @@ def test_embed_shape_slips_other_than_num_classes_are_named(fn, hint):
 
 
 def merge_step_variants(ids, new_id, *, first_seen=False, least=False, larger=False, no_skip=False, once=False,
-                        drop_last=False, in_place=False, swap=False, backwards=False):
+                        drop_last=False, in_place=False, swap=False, backwards=False, distinct=False,
+                        non_overlapping=False, first_id_only=False, from_right=False):
     """One merge step from a Counter, with switches for the mistakes the check should name."""
     from collections import Counter
     counts = Counter(zip(ids[1:], ids) if backwards else zip(ids, ids[1:]))
-    if first_seen:
+    if distinct:
+        counts = Counter(set(counts))
+    if non_overlapping:  # scan left to right, a match uses up both ids
+        counts = Counter()
+        for p in set(zip(ids, ids[1:])):
+            i = 0
+            while i < len(ids) - 1:
+                if (ids[i], ids[i + 1]) == p:
+                    counts[p] += 1
+                    i += 2
+                else:
+                    i += 1
+    if first_id_only:
+        pair = min(counts, key=lambda p: (-counts[p], p[0]))
+    elif first_seen:
         pair = counts.most_common(1)[0][0]
     elif least:
         pair = min(counts, key=lambda p: (counts[p], p))
@@ -447,6 +462,16 @@ def merge_step_variants(ids, new_id, *, first_seen=False, least=False, larger=Fa
         pair = max(counts, key=lambda p: (counts[p], p))
     else:
         pair = min(counts, key=lambda p: (-counts[p], p))
+    if from_right:
+        out, i = [], len(ids) - 1
+        while i >= 0:
+            if i >= 1 and (ids[i - 1], ids[i]) == pair:
+                out.insert(0, new_id)
+                i -= 2
+            else:
+                out.insert(0, ids[i])
+                i -= 1
+        return pair, out
     out, i, merged = [], 0, False
     while i < len(ids) - (1 if drop_last else 0):
         if i + 1 < len(ids) and (ids[i], ids[i + 1]) == pair and not (once and merged):
@@ -484,13 +509,17 @@ def test_merge_step_stub_is_pending(capsys):
 @pytest.mark.parametrize("mistake, hint", [
     (dict(first_seen=True), r"the pair seen first \(as `Counter.most_common\(1\)`"),
     (dict(least=True), r"\*least\* frequent"),
-    (dict(larger=True), r"\*larger\* ids"),
+    (dict(larger=True), r"\*largest\* pair"),
     (dict(no_skip=True), r"did not skip its second id"),
     (dict(once=True), r"Only the first occurrence"),
     (dict(drop_last=True), r"last id of the sequence is missing"),
     (dict(in_place=True), r"changed its input list in place"),
     (dict(swap=True), r"other order: return \(pair, merged_ids\)"),
     (dict(backwards=True), r"right one backwards"),
+    (dict(distinct=True), r"counted each distinct pair once"),
+    (dict(non_overlapping=True), r"non-overlapping occurrences"),
+    (dict(first_id_only=True), r"compared the first ids only"),
+    (dict(from_right=True), r"merged from the right end"),
 ])
 def test_merge_step_mistakes_are_named(mistake, hint):
     with pytest.raises(ExerciseFailed, match=hint):

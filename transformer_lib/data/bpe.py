@@ -42,7 +42,12 @@ def pair_counts(chunks: Sequence[list[int]], freqs: Sequence[int]) -> Counter:
 
 
 def most_frequent(counts: Counter) -> Pair:
-    """The pair to merge next: the most frequent, and on a tie the one with the smaller ids."""
+    """The pair to merge next: the most frequent; on a tie the smallest, comparing pairs as tuples.
+
+    The tie rule depends on the counts alone, not on the order they were counted in, so updating
+    the counts after a merge gives the same merges as counting everything again (minbpe takes the
+    first pair counted, subword-nmt the largest: conventions differ).
+    """
     return min(counts, key=lambda pair: (-counts[pair], pair))
 
 
@@ -78,7 +83,7 @@ def train_bpe(text: str, n_merges: int, pattern: str = GPT2_SPLIT) -> BPETokeniz
     for k, ids in enumerate(chunks):
         for pair in zip(ids, ids[1:]):
             holding[pair].add(k)
-    merges = []
+    merges = []  # (a, b) at index i: the pair that token 256 + i joins
     for new_id in range(256, 256 + n_merges):
         counts = +counts  # drop the pairs counted down to zero
         if not counts:
@@ -86,8 +91,8 @@ def train_bpe(text: str, n_merges: int, pattern: str = GPT2_SPLIT) -> BPETokeniz
                              f"is one token and no pair is left to merge: use n_merges <= {len(merges)}")
         pair = most_frequent(counts)
         merges.append(pair)
-        for k in holding.pop(pair):
-            old = chunks[k]
+        for k in holding.pop(pair):  # popped: once merged everywhere, the pair cannot come back
+            old = chunks[k]  # a chunk listed here may have lost the pair since; then old == new below
             chunks[k] = new = merge_pair(old, pair, new_id)
             for p in zip(old, old[1:]):
                 counts[p] -= freqs[k]
@@ -119,13 +124,14 @@ class BPETokenizer:
         return len(self.vocab)
 
     def encode(self, text: str) -> list[int]:
-        _check_text(text)
+        _check_text(text)  # the same chunks as in training, each encoded on its own
         return [i for chunk in self._split.findall(text) for i in self._encode_chunk(chunk)]
 
     def _encode_chunk(self, chunk: str) -> list[int]:
-        if chunk not in self._cache:
+        if chunk not in self._cache:  # a text repeats its words: each distinct chunk is encoded once
             ids = list(chunk.encode("utf-8"))
-            while len(ids) > 1:  # apply the earliest learned merge among the pairs present
+            # the earliest learned merge first, as training made them: a chunk gets training's tokens
+            while len(ids) > 1:
                 pair = min(zip(ids, ids[1:]), key=lambda p: self.ranks.get(p, math.inf))
                 if pair not in self.ranks:
                     break
@@ -134,7 +140,9 @@ class BPETokenizer:
         return self._cache[chunk]
 
     def decode(self, ids: Sequence[int] | torch.Tensor) -> str:
-        return b"".join(self.decode_single_token_bytes(i) for i in _id_list(ids)).decode("utf-8", "replace")
+        data = b"".join(self.decode_single_token_bytes(i) for i in _id_list(ids))
+        # a token cut out of a multi-byte character is not valid UTF-8: U+FFFD stands in for it
+        return data.decode("utf-8", errors="replace")
 
     def decode_single_token_bytes(self, token_id: int) -> bytes:
         """The bytes of one token (tiktoken's name, so the book's figures take either)."""

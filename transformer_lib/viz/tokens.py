@@ -118,9 +118,10 @@ def tokenization_explorer(
     return fig
 
 
-def _token_blocks(rows: Sequence[Sequence[tuple[str, int]]]) -> dict:
-    """Bar-trace arguments for rows of ``(piece, id)``: one block per token, as wide as its text."""
-    xs, bases, ys, texts, hovers, colours = [], [], [], [], [], []
+def _token_blocks(rows: Sequence[Sequence[tuple[str, int]]], new: range = range(0)) -> dict:
+    """Bar-trace arguments for rows of ``(piece, id)``: one block per token, as wide as its text;
+    tokens whose id is in ``new`` get a dark outline."""
+    xs, bases, ys, texts, hovers, colours, outlines = [], [], [], [], [], [], []
     for row, pieces in enumerate(rows):
         start = 0
         for j, (piece, token_id) in enumerate(pieces):
@@ -131,11 +132,13 @@ def _token_blocks(rows: Sequence[Sequence[tuple[str, int]]]) -> dict:
             texts.append(show_whitespace(piece))
             hovers.append(f"{piece!r}<br>id {token_id}<br>token {j + 1} of {len(pieces)}")
             colours.append(PALETTE[j % len(PALETTE)])
+            outlines.append("#222" if token_id in new else "white")
             start += width
     return dict(x=xs, base=bases, y=ys, text=texts, hovertext=hovers, hoverinfo="text", orientation="h",
-                textposition="inside", insidetextanchor="middle", textfont=dict(size=12, family="monospace"),
-                marker=dict(color=colours, line=dict(color="white", width=1.5)), width=0.8,
-                showlegend=False, cliponaxis=False)
+                textposition="inside", insidetextanchor="middle", textangle=0,
+                textfont=dict(size=12, family="monospace"), width=0.8, showlegend=False, cliponaxis=False,
+                marker=dict(color=colours, line=dict(color=outlines, width=[2.5 if c != "white" else 1.5
+                                                                              for c in outlines])))
 
 
 def merges_explorer(
@@ -143,6 +146,8 @@ def merges_explorer(
     tokens_per_char: dict[int, float],
     references: dict[str, tuple[int, float]],
     active: int | None = None,
+    row_names: Sequence[str] | None = None,
+    captions: dict[int, str] | None = None,
 ) -> go.Figure:
     """BPE's merges one slider step at a time: the sentences re-cut, and what the vocabulary buys.
 
@@ -152,9 +157,12 @@ def merges_explorer(
         tokens_per_char: number of merges -> tokens per character of a held-out text.
         references: name -> ``(vocabulary size, tokens per character)``, drawn as labelled points.
         active: the number of merges shown first (default: the largest).
+        row_names: a label for each sentence, shown with its token count.
+        captions: number of merges -> a line under the title (e.g. the merges new at that step).
 
-    Vocabulary size is ``256 + merges`` (the bytes and one token per merge), on a log axis so that
-    GPT-2's 50,257 fits beside a few hundred. Traces: one bar trace per step, the curve, one
+    Tokens made by the merges since the previous step are outlined. Vocabulary size is
+    ``256 + merges`` (the bytes and one token per merge), on a log axis so that GPT-2's 50,257 fits
+    beside a few hundred. Traces: one bar trace per step, the curve, one
     marker per step, then the references; step ``k`` shows bar trace ``k`` and marker ``k``.
     """
     from plotly.subplots import make_subplots
@@ -166,16 +174,23 @@ def merges_explorer(
     if active not in steps:
         raise ValueError(f"active={active} is not one of the steps {steps}")
     n_rows = len(segmentations[steps[0]])
-    fig = make_subplots(rows=2, cols=1, row_heights=[0.5, 0.5], vertical_spacing=0.2, subplot_titles=(
-        "the sentences cut into tokens", "held-out text: tokens per character (lower: shorter sequences)"))
+    fig = make_subplots(rows=2, cols=1, row_heights=[0.5, 0.5], vertical_spacing=0.14, subplot_titles=(
+        "the sentences cut into tokens (outlined: made by the merges of this step)",
+        "held-out text: tokens per character (red: this step; lower: shorter sequences)"))
+    names = list(row_names) if row_names is not None else [""] * n_rows
     titles, ticktexts = [], []
-    for m in steps:
+    for k, m in enumerate(steps):
         rows = segmentations[m]
-        fig.add_trace(go.Bar(**_token_blocks(rows), visible=m == active, name=f"{m} merges"), row=1, col=1)
+        new = range(256 + (steps[k - 1] if k else m), 256 + m)
+        fig.add_trace(go.Bar(**_token_blocks(rows, new), visible=m == active, name=f"{m} merges"),
+                      row=1, col=1)
         n_tokens, n_chars = sum(len(r) for r in rows), sum(len("".join(p for p, _ in r)) for r in rows)
+        caption = (captions or {}).get(m, "")
         titles.append(f"After {m} merges (vocabulary {256 + m:,}): {n_tokens} tokens for these {n_chars} "
-                      f"characters; {tokens_per_char[m]:.3f} tokens per character on held-out text")
-        ticktexts.append([f"{len(r)} tokens" for r in rows])
+                      f"characters; {tokens_per_char[m]:.3f} tokens per character on held-out text"
+                      + (f"<br><sup>{caption}</sup>" if caption else ""))
+        ticktexts.append([f"{name}: {len(r)} tokens" if name else f"{len(r)} tokens"
+                          for name, r in zip(names, rows)])
     sizes = [256 + m for m in steps]
     fig.add_trace(go.Scatter(x=sizes, y=[tokens_per_char[m] for m in steps], mode="lines+markers",
                              line=dict(color="#1f77b4"), name="this BPE", showlegend=False,
@@ -204,13 +219,15 @@ def merges_explorer(
         title=dict(text=titles[start], x=0.0, xanchor="left"),
         sliders=[dict(active=start, steps=slider, currentvalue=dict(prefix="merges: "), pad=dict(t=50))],
         height=260 + 60 * n_rows + 300, margin=dict(l=80, r=20, t=90, b=40), plot_bgcolor="white",
-        bargap=0.2, uniformtext=dict(minsize=8, mode="show"),
+        bargap=0.2, uniformtext=dict(minsize=8, mode="hide"),  # a label too small to read: hover instead
     )
     fig.update_xaxes(range=[-0.5, longest + 0.5], showgrid=False, zeroline=False, showticklabels=False, row=1, col=1)
     fig.update_yaxes(tickmode="array", tickvals=list(range(n_rows)), ticktext=ticktexts[start],
                      autorange="reversed", showgrid=False, row=1, col=1)
     all_sizes = sizes + [size for size, _ in references.values()]
+    ticks = sorted({*all_sizes[:1], sizes[-1], *[s for s, _ in references.values()], 1000, 10_000})
     fig.update_xaxes(type="log", title="vocabulary size (log scale)", gridcolor="#eee",
+                     tickvals=ticks, ticktext=[f"{t:,}" for t in ticks],
                      range=[math.log10(min(all_sizes)) - 0.15, math.log10(max(all_sizes)) + 0.15], row=2, col=1)
     fig.update_yaxes(title="tokens per character", gridcolor="#eee",
                      range=[0, max(values) * 1.2], row=2, col=1)
