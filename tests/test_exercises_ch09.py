@@ -611,5 +611,6 @@ def test_beam_step_reference_is_the_librarys_step():
         # the finished hypothesis of the step (length 2) against the best running beam ended next step (length 3)
         (b, s), = finished
         assert math.isclose(s, (beam_scores[b] + log_probs[b, eos]).item() / 2 ** alpha, rel_tol=1e-6)
-        winner = [bos, 3 + b, eos] if s > scores[0].item() / 3 ** alpha else [bos, 3 + int(beams[0]), int(tokens[0]), eos]
+        ended_next = [bos, 3 + int(beams[0]), int(tokens[0]), eos]  # the best running beam, ended at step 3
+        winner = [bos, 3 + b, eos] if s > scores[0].item() / 3 ** alpha else ended_next
         assert out[0].tolist()[:len(winner)] == winner

@@ -677,7 +677,8 @@ def check_beam_step(fn: Callable[..., tuple]) -> Verdict:
     for case in range(len(BEAM_CASES)):
         beam_scores, log_probs, n, alpha = beam_step_inputs(case)
         args = (beam_scores, log_probs, n, BEAM_EOS, alpha)
-        where = f"{name} (k = {BEAM_K} beams, vocab {BEAM_VOCAB}, eos_id = {BEAM_EOS}, n_generated = {n}, alpha = {alpha})"
+        where = (f"{name} (k = {BEAM_K} beams, vocab {BEAM_VOCAB}, eos_id = {BEAM_EOS}, n_generated = {n}, "
+                 f"alpha = {alpha})")
         got = _call(name, fn, args, f"called with beam_scores {tuple(beam_scores.shape)}, log_probs "
                     f"{tuple(log_probs.shape)}, n_generated={n}, eos_id={BEAM_EOS}, alpha={alpha}",
                     lambda e: "")
