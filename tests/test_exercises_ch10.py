@@ -4,6 +4,7 @@ import itertools
 import math
 
 import pytest
+import torch.nn.functional as F
 import torch
 
 import transformer_lib as tl
@@ -224,3 +225,289 @@ def test_swiglu_cases_match_the_library_and_every_mistake_is_distinguishable():
         x = 8 * d / 3
         assert len({m * math.ceil(x / m), m * math.floor(x / m)}) == 2
     assert round(8 * 100 / 3 / 32) * 32 != math.ceil(8 * 100 / 3 / 32) * 32
+
+
+# ---------------------------------------------------------------------------- (c) rms_norm in LLaMA's precision
+
+
+def rms_norm(x, weight, eps, *, centre=None, eps_at="inside", dim=-1, gain=True, divisor="mean",
+             stats="float32", out=None):
+    """A reader's RMSNorm, right by default (LLaMA's: float32 statistics, cast back before the weight),
+    with each mistake as a switch."""
+    h = x if stats == "input" else x.float()
+    if centre == "layernorm":  # centred, and divided by the standard deviation
+        h = h - h.mean(-1, keepdim=True)
+        scale = (h.pow(2).mean(-1, keepdim=True) + eps).sqrt()
+    else:
+        total = h.pow(2).sum(dim, keepdim=True)  # the mean square of x itself
+        if centre == "only":  # ... dividing the centred x
+            h = h - h.mean(-1, keepdim=True)
+        n = 1
+        for d in ([dim] if isinstance(dim, int) else dim):
+            n *= x.shape[d]
+        ms = total if divisor == "sum" else total / n
+        scale = {"inside": (ms + eps).sqrt(), "outside": ms.sqrt() + eps, "none": ms.sqrt()}[eps_at]
+    y = (h / scale).to(x.dtype if out is None else out)
+    return y * weight.to(y.dtype) if gain else y
+
+
+def test_rms_norm_correct(capsys):
+    assert ex.check_rms_norm(rms_norm).passed is True
+    assert "Correct" in capsys.readouterr().out
+    # other right ways: rsqrt, the weight multiplied in float32 before the cast, the library itself
+    assert ex.check_rms_norm(
+        lambda x, w, eps: (x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + eps) * w.float())
+        .to(x.dtype)).passed is True
+
+    def library(x, w, eps):
+        norm = tl.RMSNorm(x.shape[-1], eps).to(x.dtype)
+        with torch.no_grad():
+            norm.weight.copy_(w)
+        return norm(x).detach()
+
+    assert ex.check_rms_norm(library).passed is True
+
+
+def test_rms_norm_stub_is_pending(capsys):
+    assert ex.check_rms_norm(stub).passed is False
+    assert "Not implemented yet" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "mistake, hint",
+    [
+        (dict(centre="layernorm"), r"You subtracted the mean: that is LayerNorm"),
+        (dict(centre="only"), r"subtracted the mean from x before dividing"),
+        (dict(eps_at="outside"), r"epsilon inside the square root"),
+        (dict(eps_at="none"), r"Where is eps\?"),
+        (dict(dim=0), r"wrong dimension \(over the batch, dim 0\)"),
+        (dict(dim=1), r"wrong dimension \(over the sequence, dim 1\)"),
+        (dict(dim=(1, 2)), r"wrong dimension \(over the whole sequence"),
+        (dict(gain=False), r"You forgot the weight"),
+        (dict(divisor="sum"), r"divided by the norm of x, sqrt\(sum\(x\*\*2\)\).*by d_model"),
+        (dict(stats="input"), r"x in float16\) is not right yet\. Your statistics are computed in float16.*overflow"),
+        (dict(out=torch.float32), r"x in float16\) is not right yet\. For a float16 x, rms_norm returned "
+                                  r"torch.float32.*\.to\(x\.dtype\)"),
+        (dict(out=torch.float64), r"x in float32\) is not right yet\. rms_norm returned torch.float64 for a "
+                                  r"torch.float32 x"),
+        (dict(out=torch.int64), r"returned torch.int64: the normalised features are fractions"),
+    ],
+)
+def test_rms_norm_mistakes(mistake, hint):
+    with pytest.raises(ExerciseFailed, match=hint):
+        ex.check_rms_norm(lambda x, w, eps: rms_norm(x, w, eps, **mistake))
+
+
+def test_rms_norm_other_mistakes():
+    with pytest.raises(ExerciseFailed, match=r"norm of x \(torch.linalg.norm"):
+        ex.check_rms_norm(lambda x, w, eps: (x.float() / x.float().norm(dim=-1, keepdim=True)).to(x.dtype) * w)
+    with pytest.raises(ExerciseFailed, match=r"x in float32\) gives the wrong values \(largest difference"):
+        ex.check_rms_norm(lambda x, w, eps: rms_norm(x, w, eps) + 0.1)
+    with pytest.raises(ExerciseFailed, match=r"should return shape \(2, 3, 6\)"):
+        ex.check_rms_norm(lambda x, w, eps: rms_norm(x, w, eps)[..., 0])
+    with pytest.raises(ExerciseFailed, match=r"rms_norm raised RuntimeError"):
+        ex.check_rms_norm(lambda x, w, eps: x / x.pow(2).mean(-1) * w)  # no keepdim: does not broadcast
+
+
+def test_rms_norm_inputs_tell_the_mistakes_apart():
+    x, w, eps = ex.rms_norm_inputs()
+    assert torch.isinf(ex.rms_norm_inputs(torch.float16)[0].pow(2)).any()  # float16 statistics overflow
+    ms = x.pow(2).mean(-1)
+    assert (ms < eps).any() and (x.mean(-1).abs() > 0.5).sum() >= 4  # a quiet token; means far from 0
+    answers = [rms_norm(x, w, eps), *ex.rms_norm_mistakes(x, w, eps).values()]
+    for a, b in itertools.combinations(answers, 2):
+        assert not torch.allclose(a, b, atol=1e-4)
+
+
+# ---------------------------------------------------------------------------- (d) the FFN sublayer
+
+
+def ffn_sublayer(x, norm_weight, W_gate, W_in, W_out, eps, *, act="silu", on="gate", gate=True, w_out=True,
+                 residual="x", norm="pre", norm_gain=True, transpose=False):
+    """A reader's x + SwiGLU(RMSNorm(x)), right by default, with each mistake as a switch."""
+    def rms(t):
+        t = t / torch.sqrt(t.pow(2).mean(-1, keepdim=True) + eps)
+        return t * norm_weight if norm_gain else t
+
+    def proj(t, W):
+        return t @ W if transpose else t @ W.T
+
+    f = {"silu": F.silu, "gelu": F.gelu, "relu": F.relu, "sigmoid": torch.sigmoid, "none": lambda z: z}[act]
+
+    def ffn(h):
+        a, b = (proj(h, W_gate), proj(h, W_in)) if on == "gate" else (proj(h, W_in), proj(h, W_gate))
+        hidden = f(a) * b if gate else f(b)
+        if on == "both":
+            hidden = F.silu(proj(h, W_gate)) * F.silu(proj(h, W_in))
+        return proj(hidden, W_out) if w_out else hidden
+
+    if norm == "post":
+        return rms(x + ffn(x))
+    h = rms(x) if norm == "pre" else x
+    out = ffn(h)
+    return out if residual == "none" else (h if residual == "h" else x) + out
+
+
+def test_ffn_sublayer_correct(capsys):
+    assert ex.check_ffn_sublayer(ffn_sublayer).passed is True
+    assert "Correct" in capsys.readouterr().out
+    assert ex.check_ffn_sublayer(  # F.linear and the library's own norm are right too
+        lambda x, nw, Wg, Wi, Wo, eps: x + F.linear(F.silu(F.linear(F.rms_norm(x, (x.shape[-1],), nw, eps), Wg))
+                                                    * F.linear(F.rms_norm(x, (x.shape[-1],), nw, eps), Wi), Wo)
+    ).passed is True
+
+
+def test_ffn_sublayer_stub_is_pending(capsys):
+    assert ex.check_ffn_sublayer(stub).passed is False
+    assert "Not implemented yet" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "mistake, hint",
+    [
+        (dict(on="in"), r"SiLU is on the wrong branch: it goes on the gate"),
+        (dict(act="gelu"), r"You used GELU: that is GEGLU"),
+        (dict(act="relu"), r"You used ReLU: that is ReGLU"),
+        (dict(act="sigmoid"), r"sigmoid\(z\) where SwiGLU uses silu\(z\) = z \* sigmoid\(z\)"),
+        (dict(act="none"), r"The SiLU is missing"),
+        (dict(on="both"), r"SiLU is applied to both projections"),
+        (dict(gate=False), r"The gate is missing: this is a plain SiLU FFN, W_out silu\(W_in h\)"),
+        (dict(gate=False, on="in"), r"The gate is missing: this is a plain SiLU FFN, W_out silu\(W_gate h\)"),
+        (dict(w_out=False, residual="none"), r"returned shape \(2, 3, 10\).*W_out is missing"),
+        (dict(w_out=False), r"(?s)raised RuntimeError.*met a tensor of width d_ff=10.*is W_out missing"),
+        (dict(transpose=True), r"(?s)raised RuntimeError.*stored as nn.Linear stores them"),
+        (dict(residual="none"), r"You forgot the residual connection"),
+        (dict(norm="post"), r"You wrote post-norm"),
+        (dict(norm="none"), r"You forgot the norm: this is x \+ FFN\(x\)"),
+        (dict(residual="h"), r"The residual path must carry x itself"),
+        (dict(norm_gain=False), r"You forgot the norm's weight"),
+    ],
+)
+def test_ffn_sublayer_mistakes(mistake, hint):
+    with pytest.raises(ExerciseFailed, match=hint):
+        ex.check_ffn_sublayer(lambda *args: ffn_sublayer(*args, **mistake))
+
+
+def test_ffn_sublayer_swapped_names_is_the_wrong_branch():
+    # the reader swaps W_gate and W_in and puts SiLU on "the gate": the same answer as SiLU on W_in
+    with pytest.raises(ExerciseFailed, match=r"SiLU is on the wrong branch.*Swapping W_gate and W_in"):
+        ex.check_ffn_sublayer(lambda x, nw, Wg, Wi, Wo, eps: ffn_sublayer(x, nw, Wi, Wg, Wo, eps))
+
+
+def test_ffn_sublayer_unknown_mistake_reports_the_error():
+    with pytest.raises(ExerciseFailed, match=r"ffn_sublayer gives the wrong values \(largest difference"):
+        ex.check_ffn_sublayer(lambda *args: ffn_sublayer(*args) * 1.01)
+
+
+def test_ffn_sublayer_inputs_tell_the_mistakes_apart():
+    args = ex.ffn_sublayer_inputs()
+    x, _, W_gate, W_in, _, _ = args
+    assert W_in.shape[0] != W_in.shape[1]  # transposed weights and a missing W_out change the shape
+    pre = x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + args[-1]) @ W_gate.T
+    assert pre.min() < -2 and pre.max() > 2  # SiLU, GELU, ReLU and sigmoid all differ there
+    answers = [ffn_sublayer(*args), *ex.ffn_sublayer_mistakes(*args).values()]
+    for a, b in itertools.combinations(answers, 2):
+        assert not torch.allclose(a, b, atol=1e-4)
+
+
+# ---------------------------------------------------------------------------- (e) RoPE on every head
+
+
+def rope_qk(q, k, offset, base, *, pairing="adjacent", sign=1.0, rotate="qk", q_offset=None, k_offset=None,
+            use_base=True, start=0, d=None, seq_dim=-2, swap=False):
+    """A reader's RoPE on (batch, n_heads, seq, d_head), right by default, with each mistake as a switch."""
+    def turn(x, off):
+        d_head = x.shape[-1]
+        seq = x.shape[seq_dim]
+        i = torch.arange(0, d_head, 2, dtype=torch.float32)
+        theta = (base if use_base else 10000.0) ** (-i / (d or d_head))
+        angle = torch.arange(off + start, off + start + seq, dtype=torch.float32)[:, None] * theta
+        cos, s = angle.cos(), sign * angle.sin()
+        if pairing == "halves":
+            x1, x2 = x[..., : d_head // 2], x[..., d_head // 2:]
+            return torch.cat([x1 * cos - x2 * s, x1 * s + x2 * cos], dim=-1)
+        x1, x2 = x[..., 0::2], x[..., 1::2]
+        return torch.stack([x1 * cos - x2 * s, x1 * s + x2 * cos], dim=-1).flatten(-2)
+
+    def whole(x, off):  # the d_model features of a position as one vector
+        b, h, s, dh = x.shape
+        flat = x.transpose(1, 2).reshape(b, s, h * dh)
+        return turn(flat, off).reshape(b, s, h, dh).transpose(1, 2)
+
+    rot = whole if d == "d_model" else turn
+    if d == "d_model":
+        d = None
+    qo = offset if q_offset is None else q_offset
+    ko = offset if k_offset is None else k_offset
+    q2 = rot(q, qo) if "q" in rotate else q
+    k2 = rot(k, ko) if "k" in rotate else k
+    return (k2, q2) if swap else (q2, k2)
+
+
+def test_rope_qk_correct(capsys):
+    assert ex.check_rope_qk(rope_qk).passed is True
+    assert "Correct" in capsys.readouterr().out
+    assert ex.check_rope_qk(lambda q, k, o, b: list(tl.RotaryEmbedding(q.shape[-1], o + q.shape[-2], b)
+                                                    .rotate(q, k, o))).passed is True
+
+
+def test_rope_qk_stub_is_pending(capsys):
+    assert ex.check_rope_qk(stub).passed is False
+    assert "Not implemented yet" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "mistake, hint",
+    [
+        (dict(swap=True), r"You returned \(k, q\)"),
+        (dict(rotate="q"), r"Only the queries are rotated"),
+        (dict(rotate="k"), r"Only the keys are rotated"),
+        (dict(rotate=""), r"Nothing is rotated"),
+        (dict(pairing="halves"), r"rotate_half"),
+        (dict(sign=-1.0), r"wrong way"),
+        (dict(d="d_model"), r"rotated the d_model = n_heads \* d_head features of a position as one vector"),
+        (dict(use_base=False), r"offset=5, base=500000\) is not right yet\. You ignored the base argument"),
+        (dict(q_offset=0, k_offset=0), r"You ignored the offset: with 5 positions already cached"),
+        (dict(k_offset=0), r"Only the queries are turned by the offset"),
+        (dict(q_offset=0), r"Only the keys are turned by the offset"),
+        (dict(start=1), r"offset=0, base=10000\) is not right yet\. Your positions start one too late"),
+        (dict(seq_dim=1), r"(?s)raised RuntimeError.*positions run along dim 2"),
+    ],
+)
+def test_rope_qk_mistakes(mistake, hint):
+    with pytest.raises(ExerciseFailed, match=hint):
+        ex.check_rope_qk(lambda q, k, o, b: rope_qk(q, k, o, b, **mistake))
+
+
+@pytest.mark.parametrize(
+    "answer, message",
+    [
+        (lambda q, k, o, b: torch.stack(rope_qk(q, k, o, b)), r"should return two tensors, \(q_rot, k_rot\), but "
+                                                              r"it returned Tensor"),
+        (lambda q, k, o, b: rope_qk(q, k, o, b)[:1], r"returned tuple of length 1"),
+        (lambda q, k, o, b: tuple(t[..., :4] for t in rope_qk(q, k, o, b)), r"q_rot should return shape"),
+    ],
+)
+def test_rope_qk_wrong_type_or_shape(answer, message):
+    with pytest.raises(ExerciseFailed, match=message):
+        ex.check_rope_qk(answer)
+
+
+def test_rope_qk_inputs_tell_the_mistakes_apart():
+    q, k = ex.rope_qk_inputs()
+    assert q.shape[1] != q.shape[2]  # heads != seq: positions read off dim 1 do not broadcast
+    for offset, base in ex.ROPE_CALLS:
+        right = torch.stack(tl.RotaryEmbedding(q.shape[-1], offset + q.shape[-2], base).rotate(q, k, offset))
+        answers = [right, *ex.rope_qk_mistakes(q, k, offset, base).values()]
+        for a, b in itertools.combinations(answers, 2):
+            assert not torch.allclose(a, b, atol=1e-4)
+
+
+def test_new_checks_are_cheap():
+    import time
+
+    start = time.process_time()
+    ex.check_rms_norm(rms_norm)
+    ex.check_ffn_sublayer(ffn_sublayer)
+    ex.check_rope_qk(rope_qk)
+    assert time.process_time() - start < 0.5  # the chapter is near its CPU budget
