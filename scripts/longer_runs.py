@@ -98,7 +98,8 @@ def ch05(args, argv) -> None:
     longest = 4 * s["train_len"]
     sampler = tl.BatchSampler(val_ids, s["batch"], longest, seed=1234)
     eval_batches = [sampler() for _ in range(s["eval_batches"])]  # as the chapter: windows 4 x train_len
-    bands = {"1x": (0, s["train_len"]), "2x": (s["train_len"], 2 * s["train_len"]), "4x": (2 * s["train_len"], longest)}
+    bands = {"1x": (0, s["train_len"]), "late": (s["train_len"] - 8, s["train_len"]),  # the last 8 inside
+             "2x": (s["train_len"], 2 * s["train_len"]), "4x": (2 * s["train_len"], longest)}
 
     @torch.no_grad()
     def loss_by_position(model, length):

@@ -23,7 +23,7 @@ from .positions import PositionScheme
 def alibi_slopes(n_heads: int) -> Tensor:
     """``(n_heads,)`` slopes ``2^(-8 h / n)``, ``h = 1 .. n``, for ``n`` a power of two.
 
-    Otherwise, as the paper's code does: the slopes of the largest power of two below
+    Otherwise, as the paper's code does: the slopes of the largest power of two at most
     ``n_heads``, then every other slope of twice that many. Defined in chapter 5.
     """
     check_int("n_heads", n_heads, low=1)
@@ -39,7 +39,8 @@ class ALiBi(PositionScheme):
     """A bias ``-m_h |i - j|`` on the scores of head ``h``. Defined in chapter 5.
 
     ``|i - j|`` rather than the paper's ``j - i`` (written for causal models, where ``j <= i``):
-    the same inside a causal mask, and a bidirectional encoder then penalises both directions.
+    the same inside a causal mask. A bidirectional layer with it runs, but a symmetric penalty cannot
+    tell left from right (a sentence and its mirror image look alike): the mask gives the direction.
     """
 
     def __init__(self, n_heads: int) -> None:

@@ -225,7 +225,7 @@ def merges_explorer(
     fig.update_yaxes(tickmode="array", tickvals=list(range(n_rows)), ticktext=ticktexts[start],
                      autorange="reversed", showgrid=False, row=1, col=1)
     all_sizes = sizes + [size for size, _ in references.values()]
-    ticks = sorted({*all_sizes[:1], sizes[-1], *[s for s, _ in references.values()], 1000, 10_000})
+    ticks = sorted({*all_sizes[:1], sizes[-1], *[s for s, _ in references.values()], 10_000})
     fig.update_xaxes(type="log", title="vocabulary size (log scale)", gridcolor="#eee",
                      tickvals=ticks, ticktext=[f"{t:,}" for t in ticks],
                      range=[math.log10(min(all_sizes)) - 0.15, math.log10(max(all_sizes)) + 0.15], row=2, col=1)
