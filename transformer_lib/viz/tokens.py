@@ -50,6 +50,30 @@ def token_pieces(tokenizer, text: str) -> list[tuple[str, int]]:
     return [(tokenizer.decode([i]), i) for i in ids]
 
 
+def _token_blocks(rows: Sequence[Sequence[tuple[str, int]]], new: range = range(0)) -> dict:
+    """Bar-trace arguments for rows of ``(piece, id)``: one block per token, as wide as its text;
+    tokens whose id is in ``new`` get a dark outline."""
+    xs, bases, ys, texts, hovers, colours, outlines = [], [], [], [], [], [], []
+    for row, pieces in enumerate(rows):
+        start = 0
+        for j, (piece, token_id) in enumerate(pieces):
+            width = max(len(piece), 1)
+            xs.append(width)
+            bases.append(start)
+            ys.append(row)
+            texts.append(show_whitespace(piece))
+            hovers.append(f"{piece!r}<br>id {token_id}<br>token {j + 1} of {len(pieces)}<br>"
+                          f"characters {start}–{start + width - 1}")
+            colours.append(PALETTE[j % len(PALETTE)])
+            outlines.append("#222" if token_id in new else "white")
+            start += width
+    return dict(x=xs, base=bases, y=ys, text=texts, hovertext=hovers, hoverinfo="text", orientation="h",
+                textposition="inside", insidetextanchor="middle",
+                textfont=dict(size=12, family="monospace"), width=0.8, showlegend=False, cliponaxis=False,
+                marker=dict(color=colours, line=dict(color=outlines, width=[2.5 if c != "white" else 1.5
+                                                                              for c in outlines])))
+
+
 def tokenization_explorer(
     sentences: Sequence[str],
     tokenizers: dict[str, Callable[[str], list[tuple[str, int]]]],
@@ -73,27 +97,9 @@ def tokenization_explorer(
     fig = go.Figure()
     titles, ticktexts = [], []
     for k, name in enumerate(names):
-        xs, bases, ys, texts, hovers, colours, counts = [], [], [], [], [], [], []
-        for row, sentence in enumerate(sentences):
-            pieces = tokenizers[name](sentence)
-            start = 0
-            for j, (piece, token_id) in enumerate(pieces):
-                width = max(len(piece), 1)
-                xs.append(width)
-                bases.append(start)
-                ys.append(row)
-                texts.append(show_whitespace(piece))
-                hovers.append(f"{piece!r}<br>id {token_id}<br>token {j + 1} of {len(pieces)}<br>"
-                              f"characters {start}–{start + width - 1}")
-                colours.append(PALETTE[j % len(PALETTE)])
-                start += width
-            counts.append((len(pieces), len(sentence)))
-        fig.add_trace(go.Bar(
-            x=xs, base=bases, y=ys, orientation="h", text=texts, hovertext=hovers, hoverinfo="text",
-            textposition="inside", insidetextanchor="middle", textfont=dict(size=12, family="monospace"),
-            marker=dict(color=colours, line=dict(color="white", width=1.5)), width=0.8,
-            name=name, visible=k == 0, showlegend=False, cliponaxis=False,
-        ))
+        rows = [tokenizers[name](sentence) for sentence in sentences]
+        counts = [(len(pieces), len(sentence)) for pieces, sentence in zip(rows, sentences)]
+        fig.add_trace(go.Bar(**_token_blocks(rows), name=name, visible=k == 0))
         n_tokens, n_chars = sum(c[0] for c in counts), sum(c[1] for c in counts)
         titles.append(f"{name}: {n_tokens} tokens for {n_chars} characters "
                       f"({n_chars / n_tokens:.2f} characters per token)")
@@ -116,29 +122,6 @@ def tokenization_explorer(
         plot_bgcolor="white", uniformtext=dict(minsize=8, mode="show"),
     )
     return fig
-
-
-def _token_blocks(rows: Sequence[Sequence[tuple[str, int]]], new: range = range(0)) -> dict:
-    """Bar-trace arguments for rows of ``(piece, id)``: one block per token, as wide as its text;
-    tokens whose id is in ``new`` get a dark outline."""
-    xs, bases, ys, texts, hovers, colours, outlines = [], [], [], [], [], [], []
-    for row, pieces in enumerate(rows):
-        start = 0
-        for j, (piece, token_id) in enumerate(pieces):
-            width = max(len(piece), 1)
-            xs.append(width)
-            bases.append(start)
-            ys.append(row)
-            texts.append(show_whitespace(piece))
-            hovers.append(f"{piece!r}<br>id {token_id}<br>token {j + 1} of {len(pieces)}")
-            colours.append(PALETTE[j % len(PALETTE)])
-            outlines.append("#222" if token_id in new else "white")
-            start += width
-    return dict(x=xs, base=bases, y=ys, text=texts, hovertext=hovers, hoverinfo="text", orientation="h",
-                textposition="inside", insidetextanchor="middle", textangle=0,
-                textfont=dict(size=12, family="monospace"), width=0.8, showlegend=False, cliponaxis=False,
-                marker=dict(color=colours, line=dict(color=outlines, width=[2.5 if c != "white" else 1.5
-                                                                              for c in outlines])))
 
 
 def merges_explorer(
@@ -182,7 +165,7 @@ def merges_explorer(
     for k, m in enumerate(steps):
         rows = segmentations[m]
         new = range(256 + (steps[k - 1] if k else m), 256 + m)
-        fig.add_trace(go.Bar(**_token_blocks(rows, new), visible=m == active, name=f"{m} merges"),
+        fig.add_trace(go.Bar(**_token_blocks(rows, new), textangle=0, visible=m == active, name=f"{m} merges"),
                       row=1, col=1)
         n_tokens, n_chars = sum(len(r) for r in rows), sum(len("".join(p for p, _ in r)) for r in rows)
         caption = (captions or {}).get(m, "")
