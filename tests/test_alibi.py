@@ -152,3 +152,8 @@ def test_alibi_with_the_wrong_number_of_heads_is_refused():
 def test_alibi_slopes_need_a_positive_number_of_heads(n_heads):
     with pytest.raises((TypeError, ValueError), match="n_heads"):
         tl.ALiBi(n_heads)
+
+
+def test_calling_a_scheme_on_a_tensor_says_where_it_acts():
+    with pytest.raises(TypeError, match=r"ALiBi is not called on tensors: it acts inside attention"):
+        tl.ALiBi(4)(torch.zeros(2, 4, 5, 8))

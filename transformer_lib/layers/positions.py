@@ -57,6 +57,12 @@ class PositionScheme(nn.Module):
     act before attention, so inside it they are this base class.
     """
 
+    def forward(self, *args, **kwargs):
+        # a scheme acts through the two hooks inside attention; calling it is a learner's slip
+        raise TypeError(f"{type(self).__name__} is not called on tensors: it acts inside attention, "
+                        f"MultiHeadAttention(..., positions={type(self).__name__}(...)) or a config's "
+                        f"positional=...; its hooks are .rotate(q, k, offset) and .score_bias(q, k, offset)")
+
     def check_fits(self, n_heads: int, d_head: int) -> None:
         """Raise a ValueError if attention with ``n_heads`` heads of width ``d_head`` cannot use it."""
 
