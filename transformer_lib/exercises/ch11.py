@@ -335,10 +335,6 @@ def _values_problem(got: Tensor, kind: str, layer: int, inputs, n: int, cached: 
     """Why ``got`` (``k_all`` or ``v_all``, the right shape) is not the first ``n`` positions of the inputs."""
     held = [_holds(got[:, :, p], layer, inputs, n) for p in range(n)]
     mine = [h[2] if isinstance(h, tuple) and h[:2] == (kind, layer) else None for h in held]
-    if any(isinstance(h, tuple) and h[1] != layer for h in held):
-        return ("it holds keys or values given to another cache: your caches share their buffers. Each layer "
-                "has its own cache: keep the buffers on self, created in __init__ or at the first update, "
-                "not in class attributes or default arguments.")
     if cached > 0 and mine[0] == cached:
         return ("position 0 holds the first position of this update: every update writes at position 0. "
                 "Write at the positions filled so far, buf[:, :, pos:pos + s] = k_new, then pos += s.")
@@ -348,6 +344,11 @@ def _values_problem(got: Tensor, kind: str, layer: int, inputs, n: int, cached: 
         return ("every position holds the one before it (position p holds token p - 1): you write one position too "
                 "far, so position 0 is never written. Write at pos, the number of positions filled before this "
                 "update (0 at the first), and advance pos after writing.")
+    # after the two above: a position never written (torch.empty) may hold another cache's freed keys
+    if any(isinstance(h, tuple) and h[1] != layer for h in held):
+        return ("it holds keys or values given to another cache: your caches share their buffers. Each layer "
+                "has its own cache: keep the buffers on self, created in __init__ or at the first update, "
+                "not in class attributes or default arguments.")
     p = next(p for p, m in enumerate(mine) if m != p)
     h = held[p]
     if h == "zeros":
