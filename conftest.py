@@ -126,8 +126,22 @@ def pytest_terminal_summary(terminalreporter):
 
 
 def pytest_sessionfinish(session, exitstatus):
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:  # a pytest-xdist worker: the controller adds the chapters up and judges
+        workeroutput["chapter_cpu"] = {"cpu": dict(_cpu), "unmeasured": sorted(_unmeasured)}
+        return
     if over_budget() and session.exitstatus == 0:
         session.exitstatus = 1  # a chapter over its time budget fails the run
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    """pytest-xdist's controller: a worker's chapter CPU seconds (its wall times come as reports)."""
+    measured = getattr(node, "workeroutput", {}).get("chapter_cpu")
+    if measured:
+        for path, seconds in measured["cpu"].items():
+            _cpu[path] += seconds
+        _unmeasured.update(measured["unmeasured"])
 
 
 # ---- markers: the library's quick loop ----------------------------------------------------------

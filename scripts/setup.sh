@@ -40,6 +40,8 @@ fi
 
 source scripts/offline-data.sh
 if [ -f _config.yml ]; then
+  # the chapters run on one thread each: execute them a core each into the build's cache first
+  $PY scripts/execute_book.py
   .venv/bin/jupyter-book build . -W --keep-going
 else
   $PY -m transformer_lib
