@@ -7,6 +7,7 @@ configuration (the same data, model, batches, schedule and evaluation), and writ
 that file where it is present (not in Colab, which has the notebook alone), checks that its
 settings are the chapter's, and draws and quotes it beside its own run.
 
+    python scripts/longer_runs.py ch04 --seeds 10   # post-norm, pre-norm, warm-up: 10 seeds x 1, 4
     python scripts/longer_runs.py ch05              # positions read past the training length: 5 seeds x 1, 4
     python scripts/longer_runs.py ch06              # tied vs untied: 5 seeds x 1, 2, 4, 8 x the steps
     python scripts/longer_runs.py ch08              # original vs Cramming BERT: seeds x budgets x peak lrs
@@ -41,7 +42,7 @@ import transformer_lib as tl  # noqa: E402
 from transformer_lib.speed import cpu_name  # noqa: E402
 
 OUT = ROOT / "book" / "longer_runs"
-NAMES = {"ch05": "05_positions", "ch06": "06_weight_tying", "ch08": "08_bert", "ch09": "09_transformer", "ch10": "10_putting_it_together"}
+NAMES = {"ch04": "04_normalization", "ch05": "05_positions", "ch06": "06_weight_tying", "ch08": "08_bert", "ch09": "09_transformer", "ch10": "10_putting_it_together"}
 
 
 def load() -> list[float]:
@@ -84,6 +85,77 @@ def save(chapter: str, record: dict, started: float) -> Path:
 
 def log(*parts) -> None:
     print(time.strftime("%H:%M:%S"), *parts, flush=True)
+
+
+# ---- chapter 4: post-norm and pre-norm, with and without warm-up ------------------------------
+
+CH04_VARIANTS = {"post-norm, no warm-up": ("post", False), "post-norm, warm-up": ("post", True),
+                 "pre-norm, no warm-up": ("pre", False), "pre-norm, warm-up": ("pre", True)}
+
+
+def xavier_init_(model: torch.nn.Module) -> None:
+    """As chapter 4: Xavier-uniform linear weights, zero biases, unit-scale token embeddings."""
+    for m in model.modules():
+        if isinstance(m, torch.nn.Linear):
+            torch.nn.init.xavier_uniform_(m.weight)
+            if m.bias is not None:
+                torch.nn.init.zeros_(m.bias)
+    torch.nn.init.normal_(model.token_embedding.weight, std=1.0)
+
+
+def ch04(args, argv) -> None:
+    settings = dict(n_layers=6, d_model=32, n_heads=4, seq=32, batch=8, steps=50, lr=1e-2, warmup_fraction=0.2,
+                    eval_batches=8)
+    s = settings
+    text = tl.load_tiny_shakespeare()
+    tok = tl.CharTokenizer.from_text(text)
+    train_ids, val_ids = tl.train_val_split(torch.tensor(tok.encode(text)), 0.1)
+    sampler = tl.BatchSampler(val_ids, s["batch"], s["seq"], seed=1234)
+    eval_batches = [sampler() for _ in range(s["eval_batches"])]  # as the chapter: fixed validation batches
+    counts = torch.bincount(train_ids, minlength=tok.vocab_size).double() + 1
+    targets = torch.cat([y.flatten() for _, y in eval_batches])
+    unigram = -(counts / counts.sum()).log()[targets].mean().item()
+
+    class StepLosses(tl.Callback):
+        def __init__(self):
+            self.losses = []
+
+        def on_step(self, state, model):
+            self.losses.append(state.loss.float().item())
+
+    @torch.no_grad()
+    def val_loss(model) -> float:
+        model.eval()
+        return sum(model.loss(x, y).item() for x, y in eval_batches) / len(eval_batches)
+
+    record = header("ch04", argv, settings)
+    record.setdefault("runs", [])
+    record.update(unigram_val=round(unigram, 4))
+    started = time.process_time()
+    for multiple in args.multiples or (1, 4):
+        steps = s["steps"] * multiple
+        for seed in range(args.seeds):
+            for variant, (position, warm) in CH04_VARIANTS.items():
+                if have(record["runs"], variant=variant, seed=seed, multiple=multiple):
+                    continue
+                torch.manual_seed(seed)
+                model = tl.GPT2(tl.GPT2Config(vocab_size=tok.vocab_size, n_ctx=s["seq"], d_model=s["d_model"],
+                                              n_layers=s["n_layers"], n_heads=s["n_heads"], norm_position=position,
+                                              ffn="relu", tie_weights=False))
+                xavier_init_(model)
+                curve = StepLosses()
+                warmup = int(steps * s["warmup_fraction"]) if warm else 0
+                tl.train(model, tl.BatchSampler(train_ids, s["batch"], s["seq"], seed=seed), None,
+                         tl.TrainConfig(max_steps=steps, lr=s["lr"], warmup_steps=warmup, betas=(0.9, 0.98),
+                                        grad_clip=None, eval_interval=steps, eval_steps=1, progress=False,
+                                        device="cpu", seed=seed), callbacks=[curve])
+                final = val_loss(model)
+                record["runs"].append(dict(
+                    variant=variant, seed=seed, multiple=multiple, steps=steps, warmup_steps=warmup,
+                    val=round(final, 4) if math.isfinite(final) else None,
+                    losses=[round(v, 3) if math.isfinite(v) else None for v in curve.losses]))
+                log(f"ch04 x{multiple} seed {seed} {variant}: {final:.4f}")
+            save("ch04", record, started)
 
 
 # ---- chapter 5: train short, read long ----------------------------------------------------------
@@ -408,7 +480,7 @@ def ch10(args, argv) -> None:
             save("ch10", record, started)
 
 
-COMMANDS = {"ch05": ch05, "ch06": ch06, "ch08": ch08, "ch09": ch09, "ch10": ch10}
+COMMANDS = {"ch04": ch04, "ch05": ch05, "ch06": ch06, "ch08": ch08, "ch09": ch09, "ch10": ch10}
 
 
 def main(argv: list[str] | None = None) -> None:

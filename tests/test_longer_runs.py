@@ -14,6 +14,9 @@ RUNS = sorted((ROOT / "book" / "longer_runs").glob("*.json"))
 
 # each setting of a results file: the name the chapter gives it, or an expression over those names
 NAMES = {
+    "04_normalization": dict(n_layers="RUN_LAYERS", d_model="RUN_D_MODEL", n_heads="RUN_HEADS", seq="RUN_SEQ",
+                             batch="RUN_BATCH", steps="RUN_STEPS", lr="RUN_LR", warmup_fraction="WARMUP_FRACTION",
+                             eval_batches="EVAL_BATCHES"),
     "05_positions": dict(train_len="TRAIN_LEN", steps="RUN_STEPS", batch="RUN_BATCH", d_model="RUN_D_MODEL",
                          n_layers="RUN_LAYERS", n_heads="RUN_HEADS", lr="RUN_LR", eval_batches="EVAL_BATCHES"),
     "06_weight_tying": dict(d_model="D_MODEL", n_layers="N_LAYERS", n_heads="N_HEADS", block_size="BLOCK_SIZE",
