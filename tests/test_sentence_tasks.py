@@ -44,11 +44,12 @@ def test_speaker_lines_labels_split_and_no_name_leaks():
     assert not {line for line, _ in data["train"]} & {line for line, _ in data["test"]}
 
 
-def test_speaker_lines_on_tiny_shakespeare_split_is_disjoint():
-    text = "\n\n".join(f"{name}:\nline {k} of {name}\nmore {k} of {name}" for k in range(20)
+def test_speaker_lines_split_is_disjoint_even_for_repeated_lines():
+    text = "\n\n".join(f"{name}:\nline {k} of {name}\nmore {k} of {name}\nMy lord!" for k in range(20)
                        for name in ("A", "B", "C"))
     data = st.speaker_lines(text, n_speakers=3)
-    assert len(data["test"]) == 3 * 4 * 2 and len(data["train"]) == 3 * 16 * 2
+    # 'My lord!' is in every speech: in training, so never a test line
+    assert len(data["test"]) == 3 * 4 * 2 and len(data["train"]) == 3 * 16 * 3
     assert not {line for line, _ in data["train"]} & {line for line, _ in data["test"]}
     assert st.majority_share(data["test"]) == pytest.approx(1 / 3)
 

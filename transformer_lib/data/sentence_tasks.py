@@ -64,7 +64,8 @@ def speaker_lines(text: str, n_speakers: int, test_every: int = 5) -> dict:
 
     Returns ``dict(speakers=[names, most lines first], train=[(line, class)], test=[(line, class)])``.
     The split is fixed and by whole speeches (every ``test_every``-th speech of each speaker goes to
-    the test set), so no speech has lines on both sides. The speaker-name lines are never inputs.
+    the test set), so no speech has lines on both sides; a test line whose text also occurs in
+    training is dropped. The speaker-name lines are never inputs.
     """
     check_int("n_speakers", n_speakers, low=2)
     check_int("test_every", test_every, low=2)
@@ -73,15 +74,18 @@ def speaker_lines(text: str, n_speakers: int, test_every: int = 5) -> dict:
     for speaker, lines in blocks:
         counts[speaker] += len(lines)
     if len(counts) < n_speakers:
-        raise ValueError(f"n_speakers must be at most the {len(counts)} speakers in the text, got {n_speakers}")
+        raise ValueError(f"n_speakers must be at most the {len(counts)} speakers in the text, "
+                         f"got {n_speakers}")
     speakers = [name for name, _ in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:n_speakers]]
     label = {name: k for k, name in enumerate(speakers)}
     seen, train, test = Counter(), [], []
     for speaker, lines in blocks:
         if speaker in label:
             seen[speaker] += 1
-            (test if seen[speaker] % test_every == 0 else train).extend((line, label[speaker]) for line in lines)
-    return dict(speakers=speakers, train=train, test=test)
+            split = test if seen[speaker] % test_every == 0 else train  # whole speeches, never split
+            split.extend((line, label[speaker]) for line in lines)
+    seen_in_training = {line for line, _ in train}  # a line repeated elsewhere ("My lord!") is no test
+    return dict(speakers=speakers, train=train, test=[e for e in test if e[0] not in seen_in_training])
 
 
 def balanced(examples: Sequence[tuple[str, int]], per_class: int, seed: int = 0) -> list[tuple[str, int]]:
@@ -145,4 +149,5 @@ def majority_share(examples: Sequence[tuple[str, int]]) -> float:
     return Counter(c for _, c in examples).most_common(1)[0][1] / len(examples)
 
 
-__all__ = ["speeches", "nsp_pairs", "speaker_lines", "balanced", "encode_lines", "encode_pairs", "majority_share"]
+__all__ = ["speeches", "nsp_pairs", "speaker_lines", "balanced", "encode_lines", "encode_pairs",
+           "majority_share"]
