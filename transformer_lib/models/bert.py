@@ -194,7 +194,7 @@ class Pooler(nn.Module):
 
 
 def check_class_labels(name: str, labels, batch: int, n_classes: int) -> None:
-    """``labels`` must be a ``(batch,)`` integer tensor of classes in ``[0, n_classes)``."""
+    """``labels`` must be a ``(batch,)`` integer tensor of classes in ``[0, n_classes)`` (chapter 8)."""
     if not isinstance(labels, Tensor):
         raise TypeError(f"{name} must be a torch.Tensor of class ids, got {type(labels).__name__}")
     if labels.dtype.is_floating_point or labels.dtype == torch.bool:
