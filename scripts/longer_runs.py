@@ -11,6 +11,7 @@ settings are the chapter's, and draws and quotes it beside its own run.
     python scripts/longer_runs.py ch05              # positions read past the training length: 5 seeds x 1, 4
     python scripts/longer_runs.py ch06              # tied vs untied: 5 seeds x 1, 2, 4, 8 x the steps
     python scripts/longer_runs.py ch08              # original vs Cramming BERT: seeds x budgets x peak lrs
+    python scripts/longer_runs.py ch08ft            # BERT fine-tuned vs from scratch: 5 seeds x 1, 4 x the steps
     python scripts/longer_runs.py ch09              # reversal: exact match over training, 5 seeds
     python scripts/longer_runs.py ch10              # GPT-2, single swaps, LLaMA-style: seeds x budgets
     python scripts/longer_runs.py ch06 --seeds 3 --multiples 1 2   # fewer (a quick check)
@@ -42,7 +43,8 @@ import transformer_lib as tl  # noqa: E402
 from transformer_lib.speed import cpu_name  # noqa: E402
 
 OUT = ROOT / "book" / "longer_runs"
-NAMES = {"ch04": "04_normalization", "ch05": "05_positions", "ch06": "06_weight_tying", "ch08": "08_bert", "ch09": "09_transformer", "ch10": "10_putting_it_together"}
+NAMES = {"ch04": "04_normalization", "ch05": "05_positions", "ch06": "06_weight_tying", "ch08": "08_bert",
+         "ch08ft": "08_bert_finetune", "ch09": "09_transformer", "ch10": "10_putting_it_together"}
 
 
 def load() -> list[float]:
@@ -328,6 +330,83 @@ def ch08(args, argv) -> None:
                 save("ch08", record, started)
 
 
+# ---- chapter 8: fine-tuning the pre-trained BERT against the same model from scratch ------------------
+
+def ch08ft(args, argv) -> None:
+    from transformer_lib.data import sentence_tasks as st
+    from transformer_lib.models.bert import with_new_tokens
+
+    settings = dict(seq=16, batch=64, d_model=64, n_layers=2, n_heads=4, steps=1000, lr=5e-3, n_speakers=2,
+                    per_class=[16, 64, 256], ft_steps=100, ft_lr=1e-3, ft_batch=32, test_per_class=140)
+    s = settings
+    text = tl.load_tiny_shakespeare()
+    tok = tl.CharTokenizer.from_text(text)
+    mask_id = tok.vocab_size
+    vocab = mask_id + 1
+    cls_id, sep_id = vocab, vocab + 1
+    train_ids, val_ids = tl.train_val_split(torch.tensor(tok.encode(text)), val_fraction=0.1)
+
+    def mlm_batches(split, seed):  # as chapter 8: random windows, then the collator
+        windows = tl.BatchSampler(split, s["batch"], s["seq"], seed=seed)
+        collator = tl.MLMCollator(vocab, mask_id, seed=seed)
+        return lambda: collator(windows()[0])
+
+    # the chapter's first model, trained as the chapter trains it
+    small = dict(vocab_size=vocab, n_ctx=s["seq"], d_model=s["d_model"], n_layers=s["n_layers"],
+                 n_heads=s["n_heads"], mask_token_id=mask_id, use_sdpa=True)
+    torch.manual_seed(0)
+    pretrained = tl.BERT(tl.BERTConfig(**small))
+    tl.train(pretrained, mlm_batches(train_ids, 0), mlm_batches(val_ids, 1),
+             tl.TrainConfig(max_steps=s["steps"], lr=s["lr"], warmup_steps=s["steps"] // 10,
+                            eval_interval=s["steps"] // 10, eval_steps=8, device="cpu", progress=False, seed=0))
+    pretrained.eval()
+
+    data = st.speaker_lines(text, s["n_speakers"])
+    test = st.balanced(data["test"], s["test_per_class"], seed=0)
+    test_enc = st.encode_lines([line for line, _ in test], tok.encode, cls_id, sep_id, s["seq"])
+    test_y = torch.tensor([c for _, c in test])
+
+    def fine_tune(from_pretrained: bool, per_class: int, seed: int, steps: int) -> float:  # as chapter 8
+        torch.manual_seed(seed)
+        encoder = (with_new_tokens(pretrained, 2, seed=seed) if from_pretrained
+                   else tl.BERT(replace(pretrained.config, vocab_size=vocab + 2)))
+        classifier = tl.BERTForSequenceClassification(encoder, s["n_speakers"], dropout=0.1)
+        labelled = st.balanced(data["train"], per_class, seed=seed)
+        enc = st.encode_lines([line for line, _ in labelled], tok.encode, cls_id, sep_id, s["seq"])
+        y = torch.tensor([c for _, c in labelled])
+        g = torch.Generator().manual_seed(seed)
+
+        def batches() -> dict:
+            pick = torch.randint(0, len(y), (min(s["ft_batch"], len(y)),), generator=g)
+            return dict(input_ids=enc["input_ids"][pick], attention_mask=enc["attention_mask"][pick],
+                        labels=y[pick])
+
+        config = tl.TrainConfig(max_steps=steps, lr=s["ft_lr"], warmup_steps=steps // 10, weight_decay=0.01,
+                                eval_interval=steps, device="cpu", progress=False, seed=seed)
+        tl.train(classifier, batches, None, config, loss_fn=lambda m, b: m.loss(**b))
+        classifier.eval()
+        with torch.no_grad():
+            guess = classifier(test_enc["input_ids"], test_enc["attention_mask"]).argmax(-1)
+        return (guess == test_y).float().mean().item()
+
+    record = header("ch08ft", argv, settings)
+    record.setdefault("runs", [])
+    record.update(speakers=data["speakers"], chance=st.majority_share(test))
+    started = time.process_time()
+    for multiple in args.multiples or (1, 4):
+        steps = s["ft_steps"] * multiple
+        for seed in range(args.seeds):
+            for per_class in s["per_class"]:
+                for start, from_pretrained in (("pre-trained", True), ("from scratch", False)):
+                    if have(record["runs"], start=start, seed=seed, multiple=multiple, per_class=per_class):
+                        continue
+                    accuracy = fine_tune(from_pretrained, per_class, seed, steps)
+                    record["runs"].append(dict(start=start, seed=seed, multiple=multiple, steps=steps,
+                                               per_class=per_class, accuracy=round(accuracy, 4)))
+                    log(f"ch08ft x{multiple} seed {seed} {per_class}/class {start}: {accuracy:.4f}")
+            save("ch08ft", record, started)
+
+
 # ---- chapter 9: reversing digit strings, exact match over training -----------------------------
 
 def ch09(args, argv) -> None:
@@ -480,7 +559,7 @@ def ch10(args, argv) -> None:
             save("ch10", record, started)
 
 
-COMMANDS = {"ch04": ch04, "ch05": ch05, "ch06": ch06, "ch08": ch08, "ch09": ch09, "ch10": ch10}
+COMMANDS = {"ch04": ch04, "ch05": ch05, "ch06": ch06, "ch08": ch08, "ch08ft": ch08ft, "ch09": ch09, "ch10": ch10}
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -153,3 +153,116 @@ def test_bert_errors():
         tl.BERTConfig(vocab_size=101, mask_token_id=103)
     with pytest.raises(ValueError, match=r"token_type_ids contains token id 2, outside the vocabulary \[0, 1\]"):
         model(ids, token_type_ids=torch.full((2, 10), 2))
+
+
+def tiny_hf(cls, **overrides):
+    """A Hugging Face BERT model of class ``cls`` from a tiny random config, norms and biases moved."""
+    settings = dict(
+        vocab_size=101, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
+        max_position_embeddings=24, type_vocab_size=2, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+    )
+    config = transformers.BertConfig(**{**settings, **overrides})
+    config._attn_implementation = "eager"
+    torch.manual_seed(0)
+    model = cls(config).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "LayerNorm" in name or name.endswith("bias"):
+                p.add_(0.1 * torch.randn_like(p))
+    return model
+
+
+def pair_batch():
+    g = torch.Generator().manual_seed(1)
+    input_ids = torch.randint(0, 101, (3, 10), generator=g)
+    attention_mask = torch.ones_like(input_ids)
+    attention_mask[2, 7:] = 0
+    token_type_ids = torch.zeros_like(input_ids)
+    token_type_ids[:, 5:] = 1
+    return input_ids, attention_mask, token_type_ids
+
+
+def test_sequence_classifier_matches_hugging_face():
+    hf = tiny_hf(transformers.BertForSequenceClassification, num_labels=5)
+    ours = tl.bert_classifier_from_hf(hf)
+    input_ids, attention_mask, token_type_ids = pair_batch()
+    labels = torch.tensor([0, 4, 2])
+    with torch.no_grad():
+        theirs = hf(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
+                    labels=labels)
+        logits = ours(input_ids, attention_mask, token_type_ids)
+        loss = ours.loss(input_ids, labels, attention_mask, token_type_ids)
+    assert logits.shape == (3, 5)
+    close(logits, theirs.logits, atol=1e-5)
+    close(loss, theirs.loss, atol=1e-5)
+
+
+def test_pretraining_heads_match_hugging_face():
+    hf = tiny_hf(transformers.BertForPreTraining)
+    ours = tl.bert_pretraining_from_hf(hf)
+    input_ids, attention_mask, token_type_ids = pair_batch()
+    labels = torch.full_like(input_ids, -100)
+    labels[:, 3] = input_ids[:, 3]
+    nsp = torch.tensor([0, 1, 0])
+    with torch.no_grad():
+        theirs = hf(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
+                    labels=labels, next_sentence_label=nsp)
+        mlm, seq_relationship = ours(input_ids, attention_mask, token_type_ids)
+        loss = ours.loss(input_ids, nsp, labels, attention_mask, token_type_ids)
+    close(seq_relationship, theirs.seq_relationship_logits, atol=1e-5)
+    real = attention_mask.bool()
+    close(mlm[real], theirs.prediction_logits[real], atol=1e-4)
+    close(loss, theirs.loss, atol=1e-4)
+
+
+def test_classifier_reads_the_first_position_and_ignores_padding():
+    torch.manual_seed(0)
+    model = tl.BERTForSequenceClassification(tiny_bert(), n_classes=3).eval()
+    ids = torch.randint(0, 101, (2, 8))
+    mask = torch.ones_like(ids)
+    mask[:, 6:] = 0
+    before = snapshot(model)
+    with torch.no_grad():
+        a = model(ids, mask)
+        changed = ids.clone()
+        changed[:, 6:] = 7  # only padding changes
+        b = model(changed, mask)
+    close(a, b, atol=1e-6)
+    assert_unchanged(model, before)
+    assert model.bert is not None and model.pooler.dense.weight.shape == (32, 32)
+
+
+def test_classifier_and_nsp_errors():
+    model = tl.BERTForSequenceClassification(tiny_bert(), n_classes=3)
+    ids = torch.randint(0, 101, (2, 8))
+    with pytest.raises(ValueError, match=r"labels must be in \[0, 2\], got values from 0 to 3"):
+        model.loss(ids, torch.tensor([0, 3]))
+    with pytest.raises(ValueError, match=r"labels must have shape \(batch,\) = \(2,\)"):
+        model.loss(ids, torch.tensor([[0, 1]]))
+    with pytest.raises(TypeError, match="labels must hold integer class ids"):
+        model.loss(ids, torch.tensor([0.0, 1.0]))
+    with pytest.raises(ValueError, match=r"n_classes must be in \[2, inf\], got 1"):
+        tl.BERTForSequenceClassification(tiny_bert(), n_classes=1)
+    with pytest.raises(TypeError, match="bert must be a tl.BERT"):
+        tl.BERTForSequenceClassification(torch.nn.Linear(2, 2), n_classes=2)
+    with pytest.raises(ValueError, match="type_vocab_size=0"):
+        tl.BERTForPreTraining(tiny_bert(type_vocab_size=0))
+    nsp = tl.BERTForPreTraining(tiny_bert())
+    with pytest.raises(ValueError, match=r"next_sentence_label must be in \[0, 1\]"):
+        nsp.loss(ids, torch.tensor([0, 2]))
+
+
+def test_with_new_tokens_keeps_every_old_output():
+    from transformer_lib.models.bert import with_new_tokens
+
+    torch.manual_seed(0)
+    old = tiny_bert()
+    grown = with_new_tokens(old, 2).eval()
+    assert grown.config.vocab_size == 103 and grown.token_embedding.weight.shape == (103, 32)
+    assert grown.mlm_head.decoder.weight is grown.token_embedding.weight  # still tied
+    ids = torch.randint(0, 101, (2, 9))
+    with torch.no_grad():
+        close(grown(ids)[..., :101], old(ids), atol=1e-5)
+        grown(torch.tensor([[101, 5, 102]]))  # the new ids embed
+    with pytest.raises(ValueError, match=r"n_new must be in \[1, inf\], got 0"):
+        with_new_tokens(old, 0)

@@ -12,7 +12,7 @@ chapter                                     module
 5  Positional encodings                     ``layers.positions``, ``layers.alibi``, ``layers.position_registry``
 6  Weight tying                             ``models.gpt2`` (``tie_weights``), ``params``
 7  GPT-2                                    ``data.datasets``, ``data.batches``, ``training``, ``models.gpt2``, ``init``, ``generation``, ``layers.kv_cache``
-8  BERT                                     ``models.bert``, ``data.mlm``
+8  BERT                                     ``models.bert``, ``data.mlm``, ``data.sentence_tasks``
 9  The full Transformer                     ``models.encoder_decoder``, ``layers.block.DecoderBlock``
 10 Putting it together (LLaMA-style)        ``config`` (``norm="rmsnorm"``, ``positional="rope"``, ``ffn="swiglu"``)
 6-10 (what training measured per device)   ``measurements``
@@ -63,12 +63,12 @@ from . import checkpoints, distributed
 from .speed import fast_path, set_cpu_threads
 from .export import export_for_browser, load_pretrained, save_pretrained
 from .losses import IGNORE_INDEX, causal_lm_loss, masked_lm_loss
-from .models import hub_reachable, BERT, GPT2, BERTConfig, EncoderDecoder, EncoderDecoderConfig, GPT2Config, bert_from_hf, gpt2_from_hf
+from .models import hub_reachable, BERT, GPT2, BERTConfig, BERTForPreTraining, BERTForSequenceClassification, bert_classifier_from_hf, bert_pretraining_from_hf, EncoderDecoder, EncoderDecoderConfig, GPT2Config, bert_from_hf, gpt2_from_hf
 
 __version__ = "0.3.0"
 
 __all__ = [
-    "ALiBi", "BERT", "BERTConfig", "BPETokenizer", "BatchSampler", "Callback", "CharTokenizer", "MLMCollator", "TrainConfig", "TrainState", "TrainStep", "DecoderBlock", "EncoderDecoder", "EncoderDecoderConfig", "FeedForward",
+    "ALiBi", "BERT", "BERTConfig", "BERTForPreTraining", "BERTForSequenceClassification", "bert_classifier_from_hf", "bert_pretraining_from_hf", "BPETokenizer", "BatchSampler", "Callback", "CharTokenizer", "MLMCollator", "TrainConfig", "TrainState", "TrainStep", "DecoderBlock", "EncoderDecoder", "EncoderDecoderConfig", "FeedForward",
     "GPT2", "GPT2Config", "GatedFeedForward", "IGNORE_INDEX", "KVCache", "LayerNorm",
     "LearnedPositionalEmbedding", "MultiHeadAttention", "PositionScheme", "RMSNorm", "RotaryEmbedding",
     "ScaledSinusoidalPositionalEncoding", "SinusoidalPositionalEncoding", "TokenEmbedding", "TransformerBlock", "TransformerConfig",
