@@ -595,6 +595,7 @@ def test_compare_panel(browser, site, panel):
     seen = _shown_result(driver, key)
     assert seen["plots"] == 0 and seen["last"] is None, f"a stale result stayed: {seen}"
     driver.execute_async_script(_call(key, "run"), text)  # back to the typed text, for the screenshots
+    driver.execute_async_script(generate, settings | {"prompt": text, "length": 80})  # with samples in them
 
     # side by side on a desktop, stacked on a phone; nothing sticks out
     for width in (1280, 768, 390):
