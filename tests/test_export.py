@@ -9,7 +9,8 @@ import torch
 
 import transformer_lib as tl
 from transformer_lib.export import WithAttention, export_onnx
-from transformer_lib.viz import live_panel
+from transformer_lib.export import BrowserExport
+from transformer_lib.viz import live_compare, live_panel
 
 from .conftest import LLAMA_STYLE
 
@@ -21,6 +22,9 @@ def models():
     return {
         "gpt2": tl.GPT2(tl.GPT2Config(**SMALL)),
         "llama": tl.GPT2(tl.GPT2Config(**SMALL, **LLAMA_STYLE)),
+        # chapter 10's race: both on the fused attention kernel (use_sdpa), which the export must see through
+        "gpt2-sdpa": tl.GPT2(tl.GPT2Config(**SMALL, use_sdpa=True)),
+        "llama-sdpa": tl.GPT2(tl.GPT2Config(**SMALL, **LLAMA_STYLE, use_sdpa=True)),
         "bert": tl.BERT(tl.BERTConfig(**SMALL)),
         "enc-dec": tl.EncoderDecoder(tl.EncoderDecoderConfig(**SMALL, d_ff=32)),
         "enc-dec-rope": tl.EncoderDecoder(tl.EncoderDecoderConfig(**SMALL, d_ff=32, positional="rope",
@@ -146,3 +150,31 @@ def test_export_for_browser_refuses_a_file_that_differs(tmp_path, monkeypatch):
     with pytest.raises(RuntimeError, match="differ from PyTorch's by 5.00e-01"):
         tl.export_for_browser(models()["gpt2"], list("abcdefghijk"), "x", [[0, 1]], directory=tmp_path)
     assert not (tmp_path / "x" / "browser.json").exists()
+
+
+def test_live_compare_names_every_model_with_its_loss(tmp_path):
+    """The comparison's div: every model's folder, label and validation loss; bad arguments named."""
+    def export(name, kind="causal-lm"):
+        return BrowserExport(name, tmp_path / name, kind, 1000, 900, 123, 1e-6, 0.1)
+
+    exports = {"GPT-2": export("ch10-gpt2"), "LLaMA-style": export("ch10-llama")}
+    html = live_compare(exports, {"GPT-2": 1.61234, "LLaMA-style": 1.5}, prompt="ROMEO:\n")._repr_html_()
+    assert 'class="tfs-live tfs-live-compare"' in html and 'data-models="ch10-gpt2 ch10-llama"' in html
+    assert 'data-labels="[&quot;GPT-2&quot;, &quot;LLaMA-style&quot;]"' in html
+    assert 'data-val-losses="[1.6123, 1.5]"' in html and 'data-prompt="ROMEO:\n"' in html
+    assert 'data-model=' not in html  # a single panel's attribute: live-model.js would open it as one
+    assert "validation loss 1.612" in repr(live_compare(exports, {"GPT-2": 1.61234, "LLaMA-style": 1.5}))
+    with pytest.raises(ValueError, match="exports must be a dict of 2 to 4 models"):
+        live_compare({"GPT-2": exports["GPT-2"]}, {"GPT-2": 1.0})
+    with pytest.raises(TypeError, match=r"exports\['GPT-2'\] must be what export_for_browser returned"):
+        live_compare({"GPT-2": "ch10-gpt2", "LLaMA-style": exports["LLaMA-style"]}, {"GPT-2": 1, "LLaMA-style": 1})
+    with pytest.raises(ValueError, match=r"exports\['BERT'\] is a masked-lm model"):
+        live_compare({"GPT-2": exports["GPT-2"], "BERT": export("b", "masked-lm")}, {"GPT-2": 1, "BERT": 1})
+    with pytest.raises(ValueError, match="exports must be different models"):
+        live_compare({"a": export("x"), "b": export("x")}, {"a": 1, "b": 1})
+    with pytest.raises(ValueError, match=r"val_loss must give a validation loss for each of \['GPT-2', 'LLaMA-style'\]"):
+        live_compare(exports, {"GPT-2": 1.0})
+    with pytest.raises(ValueError, match=r"val_loss\['GPT-2'\] must be a finite loss >= 0 \(nats\), got nan"):
+        live_compare(exports, {"GPT-2": float("nan"), "LLaMA-style": 1.0})
+    with pytest.raises(TypeError, match="prompt must be a str, got int"):
+        live_compare(exports, {"GPT-2": 1.0, "LLaMA-style": 1.0}, prompt=3)

@@ -11,7 +11,11 @@ every other host unreachable, and for each page's ``<div class="tfs-live">``:
 * off the happy path: a text longer than the context is cut with a note that says how many characters
   were read; an error replaces the result of the text before it; the timing line reports a forward
   pass, not the runtime's start-up; a new prompt clears the samples of the old one;
-* the console stays clean.
+* the console stays clean;
+* a comparison panel (``<div class="tfs-live tfs-live-compare" data-models="A B">``, chapter 10) runs
+  every model on the one text typed: each model's numbers equal its own PyTorch model's, the models
+  differ from each other, each column is labelled with its model's name and validation loss, and the
+  columns sit side by side at 1280 px and stack at 390 px.
 
 The runtime's size and the latencies go to ``_build/live_models_report.json`` (printed with -s);
 screenshots of each open panel at 1280 and 390 px to ``_build/live/``. Skipped, with the reason,
@@ -47,6 +51,8 @@ TEXTS = {  # what the test types, per kind (cut to the model's context)
     "seq2seq": "2718281",
 }
 PANEL = re.compile(r'<div class="tfs-live"([^>]*)>')
+COMPARE = re.compile(r'<div class="tfs-live tfs-live-compare"([^>]*)>')
+COMPARED = {"book/10_putting_it_together.html": ["ch10-gpt2", "ch10-llama"]}  # page: its comparison's models
 ATTRIBUTE = re.compile(r'\sdata-([a-z-]+)="([^"]*)"')
 
 
@@ -61,6 +67,18 @@ def _panels() -> list[dict]:
     return found
 
 
+def _compare_panels() -> list[dict]:
+    """Each comparison panel of the built book's pages: page, models, labels, validation losses, prompt."""
+    found = []
+    for page in sorted((HTML / "book").glob("*.html")):
+        for match in COMPARE.finditer(page.read_text(encoding="utf-8", errors="replace")):
+            data = {k: unescape(v) for k, v in ATTRIBUTE.findall(match.group(1))}
+            found.append({"page": f"book/{page.name}", "key": data.get("models", ""),
+                          "models": data.get("models", "").split(), "labels": json.loads(data.get("labels", "[]")),
+                          "val_losses": json.loads(data.get("val-losses", "[]")), "prompt": data.get("prompt", "")})
+    return found
+
+
 def _why_not() -> str | None:
     if not (HTML / "index.html").exists():
         return f"the book is not built: no {HTML / 'index.html'} (run scripts/setup.sh, or jupyter-book build .)"
@@ -72,6 +90,7 @@ if _reason and (REQUIRED or (os.environ.get("CI") and "not built" in _reason)):
     raise RuntimeError(f"live-model browser test required here, but {_reason}")  # a collection error
 pytestmark = [pytest.mark.browser, pytest.mark.skipif(_reason is not None, reason=_reason or "")]
 PANELS = _panels() if _reason is None else []
+COMPARES = _compare_panels() if _reason is None else []
 RESULTS: dict[str, dict] = {}
 
 
@@ -113,8 +132,13 @@ def _console(driver) -> list[str]:
     return [f"{e['level']} {e['message']}" for e in driver.get_log("browser") if e["level"] in ("SEVERE", "WARNING")]
 
 
+def _css(model: str) -> str:
+    """The panel of ``model``, or the comparison of the models ``model`` names (\"A B\", data-models)."""
+    return f'div.tfs-live-compare[data-models="{model}"]' if " " in model else f'div.tfs-live[data-model="{model}"]'
+
+
 def _panel_js(model: str) -> str:
-    return f'document.querySelector(\'div.tfs-live[data-model="{model}"]\')'
+    return f'document.querySelector(\'{_css(model)}\')'
 
 
 def _call(model: str, method: str) -> str:
@@ -151,7 +175,7 @@ def _open(driver, model: str) -> float:
     """Click "Open the live model"; wait until ready; milliseconds it took."""
     from selenium.webdriver.common.by import By
 
-    panel = driver.find_element(By.CSS_SELECTOR, f'div.tfs-live[data-model="{model}"]')
+    panel = driver.find_element(By.CSS_SELECTOR, _css(model))
     button = panel.find_element(By.CSS_SELECTOR, "button.tfs-live-open")
     driver.execute_script("arguments[0].scrollIntoView({block: 'center'});", button)
     start = time.monotonic()
@@ -171,7 +195,7 @@ def _type(driver, model: str, text: str) -> dict:
     from selenium.webdriver.common.by import By
     from selenium.webdriver.common.keys import Keys
 
-    box = driver.find_element(By.CSS_SELECTOR, f'div.tfs-live[data-model="{model}"] .tfs-live-input')
+    box = driver.find_element(By.CSS_SELECTOR, f"{_css(model)} .tfs-live-input")
     driver.execute_script("arguments[0].scrollIntoView({block: 'center'}); arguments[0].focus();", box)
     box.send_keys(Keys.CONTROL, "a")
     box.send_keys(Keys.DELETE)
@@ -268,7 +292,7 @@ def _screenshot(driver, model: str, width: int, suffix: str = "") -> tuple[str, 
         "format": "png", "captureBeyondViewport": True,
         "clip": {"x": max(0, box[0] - 8), "y": max(0, box[1] - 8), "width": box[2] + 16, "height": box[3] + 16,
                  "scale": 1}})
-    path = SHOTS / f"{model}{suffix}-{width}.png"
+    path = SHOTS / f"{model.replace(' ', '+')}{suffix}-{width}.png"  # a comparison: "A+B"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(base64.b64decode(shot["data"]))
     overflow = _overflow(driver, model)
@@ -288,11 +312,13 @@ def _overflow(driver, model: str) -> list[str]:
 
 # ---- the tests -----------------------------------------------------------------------------------
 def test_every_chapter_model_has_a_panel():
-    found = {p["model"]: p["kind"] for p in PANELS}
+    found = {p["model"]: p["kind"] for p in PANELS} | {m: "causal-lm" for c in COMPARES for m in c["models"]}
+    compared = {c["page"]: c["models"] for c in COMPARES}
+    assert compared == COMPARED, f"comparison panels {compared}, expected {COMPARED}"
     missing = {m: k for m, k in EXPECTED.items() if found.get(m) != k}
     assert not missing, f"no live panel (of that kind) for {missing} in {HTML / 'book'}; found {found}"
-    for p in PANELS:
-        assert (HTML / "_static" / "models" / p["model"] / "model.onnx").is_file(), f"{p['model']} is not published"
+    for model in [p["model"] for p in PANELS] + [m for c in COMPARES for m in c["models"]]:
+        assert (HTML / "_static" / "models" / model / "model.onnx").is_file(), f"{model} is not published"
     assert (HTML / "_static" / "ort" / "ort-wasm-simd-threaded.wasm").is_file(), "ONNX Runtime Web is not published"
 
 
@@ -441,3 +467,162 @@ def test_live_panel(browser, site, panel):
     console = _console(driver)
     assert not console, "the console shows errors or warnings:\n" + "\n".join(console)
     RESULTS[model] = result
+
+
+def _columns(driver, key: str) -> list[dict]:
+    """Each model's column of a comparison: its data-model, label, info line, samples and where it sits."""
+    return driver.execute_script(f"""return [...{_panel_js(key)}.querySelectorAll('.tfs-live-column')].map((c) => {{
+        const r = c.getBoundingClientRect();
+        return {{model: c.dataset.model, name: c.querySelector('.tfs-live-model-name').innerText,
+                 info: c.querySelector('.tfs-live-info').innerText,
+                 samples: c.querySelector('.tfs-live-generated').textContent,
+                 plots: c.querySelectorAll('.tfs-live-plot.js-plotly-plot').length,
+                 left: r.left, top: r.top, bottom: r.bottom}};
+    }});""")
+
+
+@pytest.mark.parametrize("panel", COMPARES, ids=[c["key"] for c in COMPARES])
+def test_compare_panel(browser, site, panel):
+    """One text box, every model: each answers the same text as its own PyTorch model does, and they differ."""
+    import numpy as np
+    import torch
+
+    import transformer_lib as tl
+
+    driver, key, page, models = browser, panel["key"], panel["page"], panel["models"]
+    folders = [HTML / "_static" / "models" / m for m in models]
+    infos = [json.loads((f / "browser.json").read_text(encoding="utf-8")) for f in folders]
+    assert all(i["kind"] == "causal-lm" for i in infos) and len({tuple(i["tokens"]) for i in infos}) == 1
+    n_ctx = min(i["n_ctx"] for i in infos)
+    text = TEXTS["causal-lm"][:n_ctx]
+    driver.get_log("browser")
+    driver.set_window_size(1400, 1400)
+    driver.get(site + page)
+    assert _wait(driver, f"{_panel_js(key)} && {_panel_js(key)}.dataset.state", 60) == "closed"
+    assert _wait(driver, "document.readyState === 'complete'", 60)
+    assert not _lazy_requests(driver), f"fetched before the panel was opened: {_lazy_requests(driver)}"
+    own = (HTML / page).stat().st_size + driver.execute_script(
+        "return performance.getEntriesByType('resource').filter((r) => !r.name.includes('/_static/'))"
+        ".reduce((s, r) => s + (r.decodedBodySize || 0), 0);")
+    assert own < MAX_PAGE_BYTES, f"{page} weighs {own} bytes of its own"
+    result = {"page": page, "models": models, "page_own_bytes": own,
+              "onnx_bytes": [i["files"]["model.onnx"] for i in infos]}
+    result["screenshot_closed"], _ = _screenshot(driver, key, 1280, "-closed")
+    closed = driver.execute_script(f"return {_panel_js(key)}.innerText;")
+    assert "Try the models trained above" in closed and "Open the live models" in closed, closed
+    assert all(label in closed for label in panel["labels"]), closed
+
+    # open: the page's prompt runs in both; the first timing is a forward pass, not the start-up
+    result["open_ms"] = _open(driver, key)
+    assert all(any(f"/_static/models/{m}/model.onnx" in r for r in _lazy_requests(driver)) for m in models)
+    opened = driver.execute_script(f"return {_panel_js(key)}.tfsLive.last;")
+    assert opened and len(opened["models"]) == len(models), f"the first run failed: {_message(driver, key)}"
+    again = [driver.execute_async_script(_call(key, "run"), opened["text"]) for _ in range(3)]
+    for k, first_run in enumerate(opened["models"]):
+        later = sorted(a["models"][k]["forward_ms"] for a in again)[1]
+        assert first_run["forward_ms"] <= 4 * later + 50, (models[k], first_run["forward_ms"], later)
+
+    # each column: the model's name and validation loss, its timing line
+    columns = _columns(driver, key)
+    assert [c["model"] for c in columns] == models
+    for c, label, loss, info in zip(columns, panel["labels"], panel["val_losses"], infos):
+        assert c["name"] == f"{label} · validation loss {loss:.3f}", c["name"]
+        assert 0 < loss < np.log(info["vocab_size"]), f"{label}'s validation loss {loss} is not a trained model's"
+        assert "forward pass took" in c["info"] and f"{info['parameters']:,}" in c["info"], c["info"]
+        assert c["plots"] == 2, f"{label}: {c['plots']} plots drawn (bars and attention expected)"
+
+    # typed once, read by both: each equals its own PyTorch model, and the two differ
+    last = _type(driver, key, text)
+    result["typing_to_result_ms"] = last["input_to_result_ms"]
+    result["forward_ms"] = [m["forward_ms"] for m in last["models"]]
+    assert [m["name"] for m in last["models"]] == models
+    diffs = [_check_against_torch(f, info, m, text) for f, info, m in zip(folders, infos, last["models"])]
+    result["max_abs_diff"] = dict(zip(models, diffs))
+    assert max(max(d.values()) for d in diffs) <= TOLERANCE, f"browser vs PyTorch: {diffs}"
+    assert all(m["input_ids"] == last["models"][0]["input_ids"] for m in last["models"]), "not the same text"
+    apart = {"probs": _max_diff(last["models"][0]["probs"], last["models"][1]["probs"]),
+             "attention": _max_diff(last["models"][0]["attention"], last["models"][1]["attention"])}
+    result["between_models"] = apart
+    assert apart["probs"] > 1e-3 and apart["attention"] > 1e-3, f"the two columns show the same model: {apart}"
+
+    # samples: each model with the same seeded draws; the same seed twice gives the same text
+    settings = {"temperature": 0.8, "top_k": 20, "top_p": 0.9, "seed": 7, "length": 40}
+    generate = _call(key, "generate")
+    start = time.monotonic()
+    a = driver.execute_async_script(generate, settings)
+    result["generate_40_chars_each_ms"] = 1000 * (time.monotonic() - start)
+    b = driver.execute_async_script(generate, settings)
+    c = driver.execute_async_script(generate, settings | {"seed": 8})
+    for g in (a, b, c):
+        assert "error" not in g, g
+        assert [m["name"] for m in g["models"]] == models and all(len(m["ids"]) == 40 for m in g["models"])
+    assert a == b, "the same seed gave different text"
+    assert all(x["ids"] != y["ids"] for x, y in zip(a["models"], c["models"])), "another seed, the same text?"
+    result["generated"] = {m["name"]: m["text"] for m in a["models"]}
+    shown = _columns(driver, key)
+    assert all(col["samples"] == text + m["text"] for col, m in zip(shown, c["models"])), shown
+
+    # temperature 0: each model's greedy characters are its own PyTorch model's
+    greedy = driver.execute_async_script(generate, settings | {"temperature": 0, "length": 20})
+    assert "error" not in greedy, greedy
+    prompt = torch.tensor([_encode(infos[0], greedy["prompt"])])
+    for folder, m in zip(folders, greedy["models"]):
+        expected = tl.generate(tl.load_pretrained(folder), prompt, 20, do_sample=False)[0, prompt.shape[1]:]
+        assert m["ids"] == expected.tolist(), f"{m['name']}: greedy {m['ids']} in the browser, {expected.tolist()}"
+
+    # a text longer than the context: each model reads its last n_ctx characters, and the panel says so
+    long = (text + " ") * (n_ctx // len(text) + 2)
+    got = driver.execute_async_script(_call(key, "run"), long)
+    assert all(m["input_ids"] == _encode(infos[0], long)[-n_ctx:] for m in got["models"])
+    assert f"each read the last {n_ctx} of the {len(long)} you typed" in _message(driver, key), _message(driver, key)
+
+    # a new prompt clears the samples of the old one, in every column
+    driver.execute_async_script(generate, settings | {"prompt": text})
+    assert all(col["samples"] for col in _columns(driver, key))
+    _type(driver, key, text[: len(text) // 2])
+    seen = _shown_result(driver, key)
+    assert seen["samples"] == "" and seen["generated"] is None, "the old prompt's samples stayed"
+    bad = driver.execute_async_script(generate, settings | {"prompt": "to €"})
+    assert "error" in bad and _shown_result(driver, key)["samples"] == ""
+
+    # an unknown character: said, not run, and every column's earlier result goes
+    driver.execute_async_script(_call(key, "run"), text)
+    assert [col["plots"] for col in _columns(driver, key)] == [2] * len(models), "not every model's result shown"
+    runs = driver.execute_script(f"return {_panel_js(key)}.dataset.runs;")
+    got = driver.execute_async_script(_call(key, "run"), "to €")
+    assert "error" in got and "€" in _message(driver, key), (got, _message(driver, key))
+    assert driver.execute_script(f"return {_panel_js(key)}.dataset.runs;") == runs
+    seen = _shown_result(driver, key)
+    assert seen["plots"] == 0 and seen["last"] is None, f"a stale result stayed: {seen}"
+    driver.execute_async_script(_call(key, "run"), text)  # back to the typed text, for the screenshots
+    driver.execute_async_script(generate, settings | {"prompt": text, "length": 80})  # with samples in them
+
+    # side by side on a desktop, stacked on a phone; nothing sticks out
+    for width in (1280, 768, 390):
+        result[f"screenshot_{width}"], overflow = _screenshot(driver, key, width)
+        assert not overflow, f"parts of the panel stick out at {width} px: {overflow}"
+        if width in (1280, 390):
+            driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", {"width": width, "height": 900,
+                                                                         "deviceScaleFactor": 1, "mobile": width < 500})
+            time.sleep(0.5)
+            cols = _columns(driver, key)
+            driver.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
+            first, second = cols[0], cols[1]
+            if width == 1280:
+                assert abs(first["top"] - second["top"]) < 2 and second["left"] > first["left"] + 100, cols
+            else:
+                assert second["top"] >= first["bottom"] - 1 and abs(second["left"] - first["left"]) < 2, cols
+    console = _console(driver)
+    assert not console, "the console shows errors or warnings:\n" + "\n".join(console)
+
+    # reload: open and run again, the same numbers
+    driver.refresh()
+    _wait(driver, f"{_panel_js(key)} && {_panel_js(key)}.dataset.state === 'closed'", 60)
+    result["reopen_ms"] = _open(driver, key)
+    again = _type(driver, key, text)
+    for before, after in zip(last["models"], again["models"]):
+        for k in ("input_ids", "probs", "attention"):
+            assert before[k] == after[k] or _max_diff(after[k], before[k]) <= 1e-6, f"{k} differs after a reload"
+    console = _console(driver)
+    assert not console, "the console shows errors or warnings:\n" + "\n".join(console)
+    RESULTS[key] = result

@@ -1,7 +1,8 @@
 """Sphinx extension: the chapters' trained models, live in the reader's browser (ONNX Runtime Web).
 
 A chapter that trains a model exports it with ``transformer_lib.export.export_for_browser`` and
-displays ``transformer_lib.viz.live_panel(...)``: a ``<div class="tfs-live" data-model="NAME">``.
+displays ``transformer_lib.viz.live_panel(...)``: a ``<div class="tfs-live" data-model="NAME">``
+(``viz.live_compare``: ``<div class="tfs-live tfs-live-compare" data-models="NAME NAME">``).
 On the published page, ``static/live-model.js`` turns that div into the panel (text box, bars,
 attention maps). Nothing is downloaded until the reader opens a panel.
 
@@ -29,6 +30,7 @@ VARIABLE = "TFS_BROWSER_MODELS"  # transformer_lib.export.EXPORT_DIR_VARIABLE (n
 RUNTIME_FILES = ("ort.wasm.bundle.min.js", "ort-wasm-simd-threaded.wasm", "LICENSE", "VERSION")
 MODEL_FILES = ("model.onnx", "model.safetensors", "config.json", "browser.json")
 PANEL = re.compile(r'<div class="tfs-live"[^>]*\sdata-model="([^"]+)"')
+COMPARE = re.compile(r'<div class="tfs-live tfs-live-compare"[^>]*\sdata-models="([^"]+)"')  # live_compare: "A B"
 
 
 def runtime_source(app) -> Path:
@@ -59,7 +61,8 @@ def _panels(outdir: Path) -> dict[str, list[str]]:
     for page in sorted(outdir.rglob("*.html")):
         if "_static" in page.relative_to(outdir).parts:
             continue
-        for name in PANEL.findall(page.read_text(encoding="utf-8", errors="replace")):
+        html = page.read_text(encoding="utf-8", errors="replace")
+        for name in PANEL.findall(html) + [n for names in COMPARE.findall(html) for n in names.split()]:
             found.setdefault(name, []).append(str(page.relative_to(outdir)))
     return found
 

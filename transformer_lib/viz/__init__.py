@@ -113,4 +113,4 @@ def show_source(obj) -> SourceListing:
 setup_plotly()
 
 from .widgets import interact  # noqa: E402  (live controls: chapters 5 and 7)
-from .live import live_panel  # noqa: E402  (the trained models in the reader's browser: chapters 7-10)
+from .live import live_compare, live_panel  # noqa: E402  (the trained models in the reader's browser: chapters 7-10)

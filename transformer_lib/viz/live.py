@@ -5,11 +5,14 @@ Defined in chapter 7, *GPT-2* (section *The model in your browser*). The panel i
 bars and attention maps, computed by ONNX Runtime Web from the files that
 :func:`transformer_lib.export.export_for_browser` wrote (``book/_ext/live_models.py``
 publishes them). Jupyter has no such script, so there the panel says where the files are.
+``live_compare`` (chapter 10) puts two or more such models side by side on the same text.
 """
 
 from __future__ import annotations
 
 import html
+import json
+import math
 import os
 from pathlib import Path
 
@@ -57,3 +60,76 @@ class LivePanel:
 def live_panel(export: BrowserExport, prompt: str = "") -> LivePanel:
     """The live panel for an exported model; ``prompt`` is the text box's first content."""
     return LivePanel(export, prompt)
+
+
+class LiveComparison:
+    """Two or more exported language models side by side in one live panel: one text box for all.
+
+    Defined in chapter 10, *Putting it together* (section *The two models in your browser*): the
+    page's ``live-model.js`` runs every model on the same text and shows their next-character
+    probabilities, attention maps and samples next to each other, each under its name and
+    validation loss.
+    """
+
+    def __init__(self, exports: dict[str, BrowserExport], val_loss: dict[str, float],
+                 prompt: str = "") -> None:
+        if not isinstance(exports, dict) or not 2 <= len(exports) <= 4:
+            got = f"{len(exports)} models" if isinstance(exports, dict) else type(exports).__name__
+            raise ValueError(f"exports must be a dict of 2 to 4 models, {{name: export_for_browser(...)}}, "
+                             f"got {got}")
+        for name, export in exports.items():
+            if not isinstance(name, str) or not name.strip():
+                raise ValueError(f"exports' names must be non-empty strings (each model's label), "
+                                 f"got {name!r}")
+            if not isinstance(export, BrowserExport):
+                raise TypeError(f"exports[{name!r}] must be what export_for_browser returned, "
+                                f"got {type(export).__name__}")
+            if export.kind != "causal-lm":
+                raise ValueError(f"exports[{name!r}] is a {export.kind} model ({export.name!r}); a "
+                                 "comparison runs causal-lm models (GPT2), which all read the same text")
+        folders = [e.name for e in exports.values()]
+        if len(set(folders)) < len(folders):
+            raise ValueError(f"exports must be different models, got the folders {folders}")
+        if not isinstance(val_loss, dict) or set(val_loss) != set(exports):
+            got = sorted(val_loss) if isinstance(val_loss, dict) else type(val_loss).__name__
+            raise ValueError(f"val_loss must give a validation loss for each of {sorted(exports)}, "
+                             f"got {got}")
+        for name, loss in val_loss.items():
+            if isinstance(loss, bool) or not isinstance(loss, (int, float)) or not math.isfinite(loss) \
+                    or loss < 0:
+                raise ValueError(f"val_loss[{name!r}] must be a finite loss >= 0 (nats), got {loss!r}")
+        if not isinstance(prompt, str):
+            raise TypeError(f"prompt must be a str, got {type(prompt).__name__}")
+        self.exports, self.val_loss, self.prompt = exports, {k: float(v) for k, v in val_loss.items()}, prompt
+
+    def __repr__(self) -> str:
+        names = ", ".join(f"{n} ({e.name!r}, validation loss {self.val_loss[n]:.3f})"
+                          for n, e in self.exports.items())
+        return f"live comparison of {names}"
+
+    def _repr_html_(self) -> str:
+        exports = list(self.exports.items())
+        attrs = {"models": " ".join(e.name for _, e in exports),
+                 "labels": json.dumps([n for n, _ in exports], ensure_ascii=False),
+                 "val-losses": json.dumps([round(self.val_loss[n], 4) for n, _ in exports]),
+                 "onnx-bytes": " ".join(str(e.onnx_bytes) for _, e in exports),
+                 "parameters": " ".join(str(e.parameters) for _, e in exports),
+                 "kind": "causal-lm", "prompt": self.prompt}
+        data = " ".join(f'data-{k}="{html.escape(str(v), quote=True)}"' for k, v in attrs.items())
+        skipped = [e.skipped for _, e in exports if e.skipped]
+        names = " and ".join(html.escape(n) for n, _ in exports)
+        where = "the cells above" if not skipped else f"the cells above ({html.escape(skipped[0])})"
+        fallback = (f"On the book's published page, this box runs {names} in your browser side by side, "
+                    f"on the same text. In Jupyter the models are live in the kernel instead, in {where}.")
+        return (f'<div class="tfs-live tfs-live-compare" {data}>\n'
+                f'<p class="tfs-live-fallback">{fallback}</p>\n</div>')
+
+
+def live_compare(exports: dict[str, BrowserExport], val_loss: dict[str, float],
+                 prompt: str = "") -> LiveComparison:
+    """One live panel that runs every model of ``exports`` (``{name: export}``) on the same text.
+
+    ``val_loss``: each model's validation loss, shown beside its name; ``prompt``: the text box's
+    first content.
+    """
+    return LiveComparison(exports, val_loss, prompt)

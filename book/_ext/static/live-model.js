@@ -15,6 +15,8 @@
  *   causal-lm  GPT-2 / LLaMA-style: next-character probabilities, attention, sampling
  *   masked-lm  BERT: the likeliest characters for each blank "_" (or "[MASK]"), attention
  *   seq2seq    the encoder-decoder that reverses digits: greedy decoding, cross-attention
+ * and, in its own class (ComparePanel), <div class="tfs-live tfs-live-compare" data-models="A B">:
+ * several causal-lm models side by side on one text box (chapter 10's GPT-2 and LLaMA-style).
  *
  * For tests, each panel element gets el.tfsLive = {state, last, run(text), generate(opts)} and
  * the attributes data-state and data-runs (tests/test_live_models.py).
@@ -833,6 +835,390 @@
     }
   }
 
+  // ---- compare: two or more causal-lm models side by side on the same text (chapter 10) ----------
+  /* <div class="tfs-live tfs-live-compare" data-models="ch10-gpt2 ch10-llama" data-labels='["GPT-2", ...]'
+   * data-val-losses="[1.61, 1.55]" data-onnx-bytes="..." data-parameters="..." data-prompt="...">
+   * (transformer_lib/viz/live.py, live_compare). One text box and one set of sampling controls for
+   * all; each model's column shows its name and validation loss, its timing line, its next-character
+   * bars, its attention map (one layer and head select for all) and its samples. Columns sit side by
+   * side and stack on a phone (CSS grid). Test hook: el.tfsLive = {state, last, generated, run(text),
+   * generate(opts), open()}, where last.models[i] and generated.models[i] follow data-models' order. */
+  class ComparePanel {
+    constructor(el) {
+      this.el = el;
+      const list = (key) => (el.dataset[key] || "").split(/\s+/).filter(Boolean);
+      this.names = list("models");
+      this.labels = JSON.parse(el.dataset.labels || "[]");
+      this.losses = JSON.parse(el.dataset.valLosses || "[]");
+      this.onnxBytes = list("onnxBytes").map(Number);
+      this.parameters = list("parameters").map(Number);
+      if (this.names.length < 2 || this.labels.length !== this.names.length) {
+        throw new Error(`a comparison needs 2 or more models, each with a label (got ${this.names.length})`);
+      }
+      this.models = this.names.map((name, i) => ({ name, label: this.labels[i], loss: this.losses[i],
+        folder: `${STATIC}models/${encodeURIComponent(name)}/` }));
+      this.runs = 0;
+      this.queue = Promise.resolve();
+      this.timer = null;
+      this.typedAt = null;
+      this.api = { state: "closed", last: null, generated: null,
+        run: (text) => this.runText(text), generate: (options) => this.generate(options || {}),
+        open: () => this.open() };
+      el.tfsLive = this.api;
+      el.dataset.runs = "0";
+      this.setState("closed");
+      this.buildClosed();
+    }
+
+    setState(state) {
+      this.api.state = state;
+      this.el.dataset.state = state;
+    }
+
+    modelLabel(m) {
+      return `${m.label}` + (Number.isFinite(m.loss) ? ` · validation loss ${m.loss.toFixed(3)}` : "");
+    }
+
+    buildClosed() {
+      const fallback = this.el.querySelector(".tfs-live-fallback");
+      if (fallback) fallback.hidden = true;
+      const total = this.onnxBytes.reduce((a, b) => a + b, 0);
+      const each = this.models.map((m, i) => `${m.label}` +
+        (this.parameters[i] ? ` (${this.parameters[i].toLocaleString("en-US")} parameters)` : "")).join(" and ");
+      this.openButton = make("button", { type: "button", class: "tfs-live-open", onclick: () => this.open() },
+        "Open the live models");
+      this.status = make("div", { class: "tfs-live-status", role: "status", "aria-live": "polite" });
+      this.closed = make("div", { class: "tfs-live-closed" },
+        make("p", { class: "tfs-live-title", text: "Try the models trained above, side by side, in your browser" }),
+        make("p", { class: "tfs-live-intro", text:
+          `These are this chapter's trained models: ${each}. Both read the text you type and predict the ` +
+          "next character, and write on from it with the same random draws. " +
+          `Opening them downloads the models (${megabytes(total)} together) and, once for the whole book, ` +
+          `ONNX Runtime Web, which runs them (${megabytes(RUNTIME_BYTES)}).` }),
+        this.openButton);
+      this.el.append(this.closed, this.status);
+    }
+
+    showError(error) {
+      this.message.textContent = error && error.message ? error.message : String(error);
+      this.message.className = "tfs-live-message tfs-live-error";
+    }
+
+    async open() {
+      if (this.api.state === "loading" || this.api.state === "ready") return this.opening;
+      this.setState("loading");
+      this.openButton.disabled = true;
+      const progress = make("progress", { max: "1", value: "0" });
+      const line = make("span", { class: "tfs-live-progress-text" });
+      this.status.replaceChildren(progress, line);
+      const total = this.onnxBytes.reduce((a, b) => a + b, 0);
+      const seen = { runtime: [0, RUNTIME_BYTES], models: this.models.map((_, i) => [0, this.onnxBytes[i] || 0]) };
+      const update = () => {
+        const [r, rt] = seen.runtime;
+        const m = seen.models.reduce((a, x) => a + x[0], 0);
+        const mt = Math.max(total, seen.models.reduce((a, x) => a + x[1], 0));
+        const pct = (a, b) => `${Math.min(100, Math.round((100 * a) / Math.max(b, 1)))}%`;
+        progress.value = Math.min(1, (r + m) / Math.max(rt + mt, 1));
+        line.textContent = `Downloading ONNX Runtime ${megabytes(r)} of ${megabytes(rt)} (${pct(r, rt)}), ` +
+          `the models ${megabytes(m)} of ${megabytes(mt)} (${pct(m, mt)})`;
+      };
+      update();
+      this.opening = (async () => {
+        try {
+          const loads = this.models.map((m, i) => Promise.all([
+            fetch(m.folder + "browser.json").then((r) => {
+              if (!r.ok) throw new Error(`could not load ${m.folder}browser.json (HTTP ${r.status})`);
+              return r.json();
+            }),
+            fetchBytes(m.folder + "model.onnx", (received, size) => {
+              seen.models[i] = [received, Math.max(size, received)]; update();
+            }),
+          ]));
+          const [ort, ...loaded] = await Promise.all([
+            loadRuntime((received, size) => { seen.runtime = [received, Math.max(size, received)]; update(); }),
+            ...loads]);
+          line.textContent = "Starting the models…";
+          this.ort = ort;
+          for (const [i, [info, bytes]] of loaded.entries()) {
+            const m = this.models[i];
+            if (info.kind !== "causal-lm") throw new Error(`${m.name} is a ${info.kind} model, not causal-lm`);
+            m.info = { ...info, ids: new Map(info.tokens.map((t, k) => [t, k])) };
+            m.session = await ort.InferenceSession.create(bytes, {
+              executionProviders: ["wasm"], graphOptimizationLevel: "all" });
+            await m.session.run({ input_ids: new ort.Tensor("int64", BigInt64Array.from([0n]), [1, 1]) });
+          } // (that untimed run prepares the runtime's kernels, so no timing line reports start-up)
+          this.status.replaceChildren();
+          this.buildOpen();
+          this.setState("ready");
+          await this.runNow().catch(() => {});
+        } catch (error) {
+          this.setState("error");
+          this.openButton.disabled = false;
+          this.openButton.textContent = "Try again";
+          this.status.replaceChildren(make("span", { class: "tfs-live-error",
+            text: `The live models could not start: ${error && error.message ? error.message : error}` }));
+        }
+      })();
+      return this.opening;
+    }
+
+    buildOpen() {
+      this.closed.querySelector(".tfs-live-intro").remove();
+      this.openButton.remove();
+      const n = Math.min(...this.models.map((m) => m.info.n_ctx));
+      this.box = make("textarea", { class: "tfs-live-input", spellcheck: "false", autocomplete: "off",
+        autocapitalize: "off", "aria-label": "Text for the models", rows: "3" });
+      this.box.value = this.el.dataset.prompt || "";
+      this.box.addEventListener("input", () => {
+        this.typedAt = performance.now();
+        if (this.api.generated && this.api.generated.prompt !== this.box.value) this.clearSamples();
+        clearTimeout(this.timer);
+        this.timer = setTimeout(() => this.runNow().catch(() => {}), DEBOUNCE_MS);
+      });
+      this.message = make("p", { class: "tfs-live-message", "aria-live": "polite" });
+      const select = (label, count, cls, value) => {
+        const s = make("select", { class: cls, onchange: () => this.drawAttention() },
+          ...[...Array(count).keys()].map((k) => make("option", { value: String(k), text: String(k) })));
+        s.value = String(value);
+        return [make("label", {}, make("span", { text: label }), s), s];
+      };
+      const layers = Math.min(...this.models.map((m) => m.info.n_layers));
+      const heads = Math.min(...this.models.map((m) => m.info.n_heads));
+      const [layerLabel, layer] = select("Layer", layers, "tfs-live-layer", layers - 1);
+      const [headLabel, head] = select("Head", heads, "tfs-live-head", 0);
+      this.layerSelect = layer;
+      this.headSelect = head;
+      const columns = make("div", { class: "tfs-live-columns" });
+      for (const m of this.models) {
+        m.bars = plotArea();
+        m.heat = plotArea();
+        m.infoLine = make("p", { class: "tfs-live-info" });
+        m.generatedText = make("pre", { class: "tfs-live-generated", "aria-live": "polite" });
+        const link = (file) => make("a", { href: m.folder + file, download: `${m.name}-${file}` }, file);
+        m.column = make("section", { class: "tfs-live-column", "data-model": m.name },
+          make("p", { class: "tfs-live-model-name", text: this.modelLabel(m) }), m.infoLine,
+          m.bars.caption, m.bars, m.heat.caption, m.heat, m.generatedText,
+          make("p", { class: "tfs-live-downloads" }, "Download ", link("model.safetensors"), " and ",
+            link("config.json"), " (", make("code", { text: "transformer_lib.export.load_pretrained" }), ")."));
+        columns.append(m.column);
+        this.updateInfo(m, null);
+      }
+      const number = (label, value, attrs) => {
+        const input = make("input", { type: "number", value: String(value), ...attrs });
+        return [make("label", {}, make("span", { text: label }), input), input];
+      };
+      const vocab = Math.min(...this.models.map((m) => m.info.vocab_size));
+      const [t, temperature] = number("Temperature (0: greedy)", 0.8, { min: "0", max: "5", step: "0.1" });
+      const [k, topK] = number("Top-k (0: all)", 0, { min: "0", max: String(vocab), step: "1" });
+      const [p, topP] = number("Top-p (1: off)", 0.95, { min: "0", max: "1", step: "0.05" });
+      const [s, seed] = number("Seed", 1, { min: "0", step: "1" });
+      const [c, length] = number("Characters", 200, { min: "1", max: "2000", step: "1" });
+      this.sampling = { temperature, topK, topP, seed, length };
+      this.generateButton = make("button", { type: "button", class: "tfs-live-generate",
+        onclick: () => this.generate({}).catch(() => {}) }, "Generate with each model");
+      this.body = make("div", { class: "tfs-live-body" },
+        make("label", { class: "tfs-live-label" }, make("span", { text:
+          `Type any text made of the training text's characters; each model reads the last ${n}.` }), this.box),
+        make("div", { class: "tfs-live-actions" }, make("button", { type: "button", class: "tfs-live-run",
+          onclick: () => this.runNow().catch(() => {}) }, "Run both")),
+        this.message,
+        make("fieldset", { class: "tfs-live-sampling" },
+          make("legend", { text: "Write on: each model samples one character at a time, with the same random draws" }),
+          make("div", { class: "tfs-live-controls" }, t, k, p, s, c, this.generateButton)),
+        make("div", { class: "tfs-live-controls" }, make("span", { class: "tfs-live-controls-note",
+          text: "Attention map of each model:" }), layerLabel, headLabel),
+        columns);
+      this.el.append(this.body);
+      if (window.ResizeObserver) {
+        let width = 0;
+        let timer = null;
+        new ResizeObserver(() => {
+          const now = this.models[0].heat.clientWidth;
+          if (Math.abs(now - width) < 8) return;
+          width = now;
+          clearTimeout(timer);
+          timer = setTimeout(() => this.drawAttention(), 150);
+        }).observe(this.models[0].heat);
+      }
+    }
+
+    updateInfo(m, ms) {
+      const size = megabytes((m.info.files && m.info.files["model.onnx"]) || 0);
+      m.infoLine.textContent = `Running in your browser: ${m.info.parameters.toLocaleString("en-US")} ` +
+        `parameters, ${size} (ONNX)` + (ms === null ? "." : `, one forward pass took ${ms.toFixed(1)} ms.`);
+    }
+
+    async forward(m, ids) {
+      const tensor = new this.ort.Tensor("int64", BigInt64Array.from(ids, (i) => BigInt(i)), [1, ids.length]);
+      const start = performance.now();
+      const out = await m.session.run({ input_ids: tensor });
+      m.lastForwardMs = performance.now() - start;
+      return out;
+    }
+
+    enqueue(job) {
+      const result = this.queue.then(job);
+      this.queue = result.catch(() => {});
+      return result;
+    }
+
+    /** Every model's ids of `text`, or an error that names what no model can read. */
+    encodeAll(text, empty) {
+      const encoded = this.models.map((m) => encode(m.info, text));
+      const unknown = [...new Set(encoded.flatMap((e) => e.unknown))];
+      if (unknown.length) throw new Error(unknownMessage(unknown));
+      if (!encoded[0].ids.length) throw new Error(empty);
+      return encoded.map((e) => e.ids);
+    }
+
+    cutNote(total) {
+      const sizes = [...new Set(this.models.map((m) => m.info.n_ctx))];
+      if (total <= Math.min(...sizes)) return "";
+      if (sizes.length === 1) {
+        return `The models read at most ${sizes[0]} characters: each read the last ${sizes[0]} of the ` +
+          `${total} you typed.`;
+      }
+      return this.models.filter((m) => total > m.info.n_ctx).map((m) =>
+        `${m.label} reads at most ${m.info.n_ctx} characters: it read the last ${m.info.n_ctx} of the ${total} you typed.`)
+        .join(" ");
+    }
+
+    runText(text) {
+      if (this.api.state !== "ready") return Promise.reject(new Error(`the panel is ${this.api.state}, not ready`));
+      if (text !== undefined) this.box.value = text;
+      return this.runNow();
+    }
+
+    runNow() {
+      clearTimeout(this.timer);
+      return this.enqueue(async () => {
+        const text = this.box.value;
+        const typedAt = this.typedAt;
+        this.message.textContent = "";
+        this.message.className = "tfs-live-message";
+        if (this.api.generated && this.api.generated.prompt !== text) this.clearSamples();
+        try {
+          const all = this.encodeAll(text, "Type at least one character.");
+          const models = [];
+          for (const [i, m] of this.models.entries()) {
+            const ids = all[i].slice(-m.info.n_ctx);
+            const out = await this.forward(m, ids);
+            const logits = rows(out.logits, ids.length - 1, ids.length)[0];
+            m.current = { name: m.name, label: m.label, input_ids: ids, probs: softmax(logits),
+              attention: nested(out.attention), forward_ms: m.lastForwardMs };
+            m.tokens = ids.map((id) => shown(m.info.tokens[id]));
+            drawBars(m.bars, m.current.probs, m.info, 10,
+              `Next character after “${m.tokens.slice(-12).join("")}” (temperature 1)`);
+            this.updateInfo(m, m.lastForwardMs);
+            models.push(m.current);
+          }
+          this.drawAttention();
+          this.message.textContent = this.cutNote(all[0].length);
+          const last = { text, models };
+          if (typedAt !== null && this.typedAt === typedAt) last.input_to_result_ms = performance.now() - typedAt;
+          this.api.last = last;
+          this.runs += 1;
+          this.el.dataset.runs = String(this.runs);
+          return last;
+        } catch (error) {
+          this.clearResult(); // the error replaces every model's result for the text before
+          this.showError(error);
+          throw error;
+        }
+      });
+    }
+
+    drawAttention() {
+      const l = Number(this.layerSelect.value);
+      const h = Number(this.headSelect.value);
+      for (const m of this.models) {
+        if (!m.current) continue;
+        drawHeatmap(m.heat, m.current.attention[l][h], m.tokens, m.tokens,
+          `${m.label}: attention, layer ${l}, head ${h}`, ["query", "key"]);
+      }
+    }
+
+    clearResult() {
+      for (const m of this.models) {
+        for (const div of [m.bars, m.heat]) {
+          if (window.Plotly && div.classList.contains("js-plotly-plot")) Plotly.purge(div);
+          div.replaceChildren();
+          div.style.height = "";
+          div.caption.textContent = "";
+        }
+        m.current = null;
+      }
+      this.api.last = null;
+    }
+
+    clearSamples() {
+      for (const m of this.models) m.generatedText.replaceChildren();
+      this.api.generated = null;
+    }
+
+    /** Each model samples `length` characters after the prompt, each with the same seeded draws. */
+    generate(options) {
+      if (this.api.state !== "ready") return Promise.reject(new Error(`the panel is ${this.api.state}, not ready`));
+      const s = this.sampling;
+      const names = { temperature: s.temperature, top_k: s.topK, top_p: s.topP, seed: s.seed, length: s.length };
+      for (const [key, input] of Object.entries(names)) if (options[key] !== undefined) input.value = String(options[key]);
+      if (options.prompt !== undefined) this.box.value = options.prompt;
+      const settings = { temperature: Number(s.temperature.value), topK: Math.max(0, Math.floor(Number(s.topK.value))),
+        topP: Number(s.topP.value) };
+      const seed = Math.floor(Number(s.seed.value)) || 0;
+      const length = Math.max(1, Math.min(2000, Math.floor(Number(s.length.value)) || 1));
+      return this.enqueue(async () => {
+        const prompt = this.box.value;
+        let starts;
+        try {
+          starts = this.encodeAll(prompt, "Type at least one character to start from.");
+        } catch (error) {
+          this.clearSamples();
+          this.showError(error);
+          throw error;
+        }
+        this.message.className = "tfs-live-message";
+        const cut = this.cutNote(starts[0].length);
+        this.message.textContent = cut ? `${cut} They write on from there.` : "";
+        this.generateButton.disabled = true;
+        const runs = this.models.map((m, i) => {
+          const continuation = make("mark", {});
+          m.generatedText.replaceChildren(make("span", { text: prompt }), continuation);
+          return { m, start: starts[i], ids: [], random: mulberry32(seed), continuation };
+        });
+        try {
+          for (let n = 0; n < length; n++) { // one character of each model in turn: they fill in together
+            for (const r of runs) {
+              const context = r.start.concat(r.ids).slice(-r.m.info.n_ctx);
+              const out = await this.forward(r.m, context);
+              const V = r.m.info.vocab_size;
+              r.ids.push(sample(out.logits.data.subarray((context.length - 1) * V, context.length * V), settings, r.random));
+              r.continuation.textContent = r.ids.map((i) => r.m.info.tokens[i]).join("");
+            }
+          }
+        } finally {
+          this.generateButton.disabled = false;
+        }
+        for (const r of runs) this.updateInfo(r.m, r.m.lastForwardMs);
+        const result = { prompt, seed, length, ...settings, models: runs.map((r) => ({ name: r.m.name,
+          label: r.m.label, ids: r.ids, text: r.ids.map((i) => r.m.info.tokens[i]).join("") })) };
+        this.api.generated = result;
+        return result;
+      });
+    }
+  }
+
+  function initCompare() {
+    for (const el of document.querySelectorAll("div.tfs-live-compare[data-models]")) {
+      if (el.tfsLive) continue;
+      try {
+        new ComparePanel(el);
+      } catch (error) {
+        el.append(make("p", { class: "tfs-live-error", text: `The live panel failed: ${error.message}` }));
+      }
+    }
+  }
+
   function init() {
     for (const el of document.querySelectorAll("div.tfs-live[data-model]")) {
       if (el.tfsLive) continue;
@@ -846,4 +1232,6 @@
 
   if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", init);
   else init();
+  if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", initCompare);
+  else initCompare();
 })();
