@@ -7,8 +7,10 @@ on one thread each (``tl.set_cpu_threads``), so on the 2-core CI machine half of
 runs every chapter the cache does not hold yet, longest first (``CPU_SECONDS`` in ``conftest.py``),
 N at a time, with the build's own settings (``_config.yml``: the timeout per cell, no errors
 allowed, the notebook's folder as working directory) into ``_build/.jupyter_cache``, where the
-build finds them ("Using cached notebook"). A chapter that fails here is not cached: the build
-runs it again and fails with its traceback, as it always did.
+build finds them ("Using cached notebook"). The chapters export their trained models for the live
+panels where the build's extension (``book/_ext/live_models.py``) tells them to, ``_build/browser_models``.
+A chapter that fails here is not cached: the build runs it again and fails with its traceback, as
+it always did.
 """
 
 import argparse
@@ -25,6 +27,8 @@ from jupyter_cache import get_cache
 from jupyter_cache.executors.basic import ExecutionWorkerLocalMProc, ProcessData
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from transformer_lib.export import EXPORT_DIR_VARIABLE  # noqa: E402
 
 
 def chapters() -> list[Path]:
@@ -44,6 +48,8 @@ def main() -> int:
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="notebooks at a time")
     args = parser.parse_args()
     config = yaml.safe_load((ROOT / "_config.yml").read_text())["execute"]
+    # as the build sets it (book/_ext/live_models.py): the kernels inherit it and export there
+    os.environ.setdefault(EXPORT_DIR_VARIABLE, str((ROOT / "_build" / "browser_models").resolve()))
     cache = get_cache(str(ROOT / "_build" / ".jupyter_cache"))
     todo = []
     for path in [p.resolve() for p in args.notebooks if p.suffix == ".ipynb"] or chapters():
