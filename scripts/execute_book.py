@@ -36,10 +36,16 @@ def chapters() -> list[Path]:
     toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
     files = [toc["root"]] + [e["file"] for part in toc.get("parts", [toc]) for e in part.get("chapters", [])]
     notebooks = [ROOT / f"{f}.ipynb" for f in files if (ROOT / f"{f}.ipynb").exists()]
+    seconds = budgets()
+    return sorted(notebooks, key=lambda p: -seconds.CPU_SECONDS.get(seconds.chapter(p.name) or 0, 0))
+
+
+def budgets():
+    """conftest.py, which holds each chapter's CPU seconds (``CPU_SECONDS``, ``chapter``)."""
     spec = importlib.util.spec_from_file_location("book_budgets", ROOT / "conftest.py")
-    budgets = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(budgets)
-    return sorted(notebooks, key=lambda p: -budgets.CPU_SECONDS.get(budgets.chapter(p.name) or 0, 0))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def main() -> int:
