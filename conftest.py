@@ -166,3 +166,27 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker("notebooks")  # a cell of a chapter, run by nbval
         if not any(item.get_closest_marker(name) for name in OUTSIDE_THE_QUICK_LOOP):
             item.add_marker("unit")
+    items.sort(key=lambda item: longest_first(item.nodeid.split("::")[0]))  # stable: a file keeps its order
+
+
+# ---- the order: the longest files first ----------------------------------------------------------
+# With a worker per core (pytest -n auto --dist loadscope) a test file, or a chapter, runs whole on one
+# worker. Started longest first, the short files fill the gaps and both cores stay busy to the end;
+# pytest-xdist's own order (the files with the most tests first) left the front-end test, 11 tests and
+# about a third of the run, to start last and run alone.
+LONGEST_FIRST = ("tests/test_frontend.py", "tests/test_browser.py", "tests/test_live_models.py")
+
+
+def longest_first(path: str) -> tuple[int, float]:
+    """Sort key of a test file or chapter: the front-end and browser tests, then the chapters by their
+    CPU seconds, then the rest in collection order."""
+    if path in LONGEST_FIRST:
+        return (0, LONGEST_FIRST.index(path))
+    if path.endswith(".ipynb") and chapter(path) in CPU_SECONDS:
+        return (1, -CPU_SECONDS[chapter(path)])
+    return (2, 0)
+
+
+def pytest_configure(config):
+    if hasattr(config.option, "loadscopereorder"):  # pytest-xdist: keep the order above
+        config.option.loadscopereorder = False
