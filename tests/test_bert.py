@@ -11,19 +11,7 @@ from .conftest import assert_unchanged, close, snapshot, tiny_bert
 
 
 def tiny_hf_bert(**overrides):
-    settings = dict(
-        vocab_size=101, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
-        max_position_embeddings=24, type_vocab_size=2, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
-    )
-    config = transformers.BertConfig(**{**settings, **overrides})
-    config._attn_implementation = "eager"
-    torch.manual_seed(0)
-    model = transformers.BertForMaskedLM(config).eval()
-    with torch.no_grad():  # move norms and biases off 1/0 so a wrong mapping shows
-        for name, p in model.named_parameters():
-            if "LayerNorm" in name or name.endswith("bias"):
-                p.add_(0.1 * torch.randn_like(p))
-    return model
+    return tiny_hf(transformers.BertForMaskedLM, **overrides)
 
 
 @pytest.mark.parametrize("hidden_act", ["gelu", "gelu_new"])
