@@ -53,6 +53,11 @@ def main() -> int:
     parser.add_argument("notebooks", nargs="*", type=Path, help="these only (default: the book's)")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="notebooks at a time")
     args = parser.parse_args()
+    if args.jobs < 1:
+        parser.error(f"--jobs must be at least 1, got {args.jobs}")
+    missing = [str(p) for p in args.notebooks if not p.is_file()]
+    if missing:
+        parser.error(f"no such notebook: {', '.join(missing)}")
     config = yaml.safe_load((ROOT / "_config.yml").read_text())["execute"]
     # as the build sets it (book/_ext/live_models.py): the kernels inherit it and export there
     os.environ.setdefault(EXPORT_DIR_VARIABLE, str((ROOT / "_build" / "browser_models").resolve()))
