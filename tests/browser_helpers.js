@@ -142,8 +142,13 @@ var tfs = {
   resized: async (done) => {
     const sleep = (ms) => new Promise((r) => setTimeout(r, ms)), deadline = Date.now() + 8000;
     await sleep(300);
-    const fits = (gd) => !gd._fullLayout || !gd._fullLayout.autosize ||
-      Math.abs(gd._fullLayout.width - gd.parentElement.getBoundingClientRect().width) < 2;
+    // figure-fit.js lays a figure out again in a column narrower than 600 px (gd._tfsFit)
+    const fits = (gd) => {
+      if (!gd._fullLayout) return true;
+      if (gd._tfsFit && gd._tfsFit.busy) return false;
+      return (!gd._fullLayout.autosize && !gd._tfsFit) ||
+        Math.abs(gd._fullLayout.width - gd.parentElement.getBoundingClientRect().width) < 2;
+    };
     while (!tfs.figures().every(fits) && Date.now() < deadline) await sleep(100);
     await sleep(300);
     done();
@@ -181,21 +186,35 @@ var tfs = {
         ["auto", "scroll"].includes(getComputedStyle(eq.box.parentElement).overflowX);
       if (!scrolls) out.push({ kind: "equation", over: eq.over, where: eq.where });
     }
-    const scrolls = (el) => {  // an ancestor inside the article that scrolls sideways
-      for (let p = el.parentElement; p && p.tagName !== "ARTICLE"; p = p.parentElement)
-        if (["auto", "scroll"].includes(getComputedStyle(p).overflowX) && p.getBoundingClientRect().width <= window.innerWidth) return true;
-      return false;
-    };
+    // a figure fits its column at every width (figure-fit.js lays it out again on a phone), and the
+    // boxes around it are as tall as it is
     for (const gd of tfs.figures()) {
       const box = gd.getBoundingClientRect(), column = gd.closest("article").getBoundingClientRect();
-      if ((box.right - column.right > 1 || column.left - box.left > 1) && !scrolls(gd))
+      if (box.right - column.right > 1 || column.left - box.left > 1)
         out.push({ kind: "figure", over: Math.max(box.right - column.right, column.left - box.left), where: tfs.where(gd.closest(".cell") || gd) });
+      const svg = gd.querySelector("svg.main-svg"), drawn = svg ? svg.getBoundingClientRect() : box;
+      for (let p = gd; p && p.tagName !== "ARTICLE"; p = p.parentElement) {
+        const r = p.getBoundingClientRect();
+        if (drawn.bottom - r.bottom > 1 && getComputedStyle(p).overflowY !== "visible") {
+          out.push({ kind: "figure", over: drawn.bottom - r.bottom, where: tfs.where(gd.closest(".cell") || gd) + " (its bottom hidden)" });
+          break;
+        }
+      }
+      if (drawn.bottom - box.bottom > 1)  // drawn below its own box: the text after it runs over it
+        out.push({ kind: "figure", over: drawn.bottom - box.bottom, where: tfs.where(gd.closest(".cell") || gd) + " (taller than its box)" });
     }
     // clientWidth, not innerWidth: on a phone the layout viewport grows to fit content that overflows
     const page = document.documentElement.scrollWidth - document.documentElement.clientWidth;
     if (page > 1) out.push({ kind: "page", over: page, where: "the page scrolls sideways" });
     return out;
   },
+
+  // Each figure's drawn width and the layout it shows (figure-fit.js: "narrow" in a column under 600 px).
+  figureWidths: () => tfs.figures().map((gd) => {
+    const svg = gd.querySelector("svg.main-svg");
+    return { width: Math.max(gd.getBoundingClientRect().width, svg ? svg.getBoundingClientRect().width : 0),
+             layout: gd._tfsFit ? gd._tfsFit.mode : "none", where: tfs.where(gd.closest(".cell") || gd) };
+  }),
 
   // Display equations wider than the column (at a desktop width none may need scrolling).
   wideEquations: () => [...document.querySelectorAll('article mjx-container[display="true"]')]

@@ -144,7 +144,8 @@ def looks(driver, page: str, width: int) -> dict:
         set_width(driver, width)
         settle_layout(driver)
     seen = driver.execute_script(JS + """return {clipped: tfs.clipped(), wide_equations: tfs.wideEquations().map(({box, ...e}) => e),
-        overlaps: tfs.figures().map((_, i) => tfs.overlaps(i))};""")
+        overlaps: tfs.figures().map((_, i) => tfs.overlaps(i)), figure_widths: tfs.figureWidths(),
+        screen: window.innerWidth};""")
     screenshot(driver, page, width)
     return seen
 
@@ -336,6 +337,18 @@ def test_nothing_is_cut_off(visits, page, width):
     on narrow screens), every figure, and an equation too wide for a phone scrolls inside its box."""
     clipped = visits(page)["widths"][width]["clipped"]
     assert not clipped, f"cut off at {width} px:\n" + "\n".join(str(c) for c in clipped)
+
+
+@pytest.mark.parametrize("page", CHAPTERS)
+def test_no_figure_is_wider_than_a_phone(visits, page):
+    """At 390 px every figure is drawn within the screen, in the layout figure-fit.js makes for its
+    column (not the desktop one squeezed, nor 600 px scrolled sideways); at 1280 px in its own."""
+    seen = visits(page)["widths"]
+    phone = seen[390]
+    wide = [f for f in phone["figure_widths"] if f["width"] > phone["screen"] - 16]  # the page's margins
+    assert not wide, f"figures wider than the {phone['screen']}-px screen:\n" + "\n".join(map(str, wide))
+    assert all(f["layout"] == "narrow" for f in phone["figure_widths"]), phone["figure_widths"]
+    assert all(f["layout"] == "wide" for f in seen[1280]["figure_widths"]), seen[1280]["figure_widths"]
 
 
 @pytest.mark.parametrize("width", WIDTHS)

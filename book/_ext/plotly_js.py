@@ -3,7 +3,8 @@
 Figures in the pages are rendered by ``transformer_lib.viz.BookRenderer`` without plotly.js;
 every page loads ``_static/plotly.min.js`` (the version that ships with the installed plotly
 package, so it matches the figures), which the browser caches across pages. No CDN, and no
-4.8 MB of JavaScript inlined into each page.
+4.8 MB of JavaScript inlined into each page. ``figure-fit.js`` (``static/``) comes right after it:
+it sizes the figures to their column and lays them out again in a column narrower than 600 px.
 """
 
 from pathlib import Path
@@ -14,6 +15,7 @@ FILENAME = "plotly.min.js"
 def _add_script(app):
     if app.builder.format == "html":
         app.add_js_file(FILENAME, priority=100)  # before the pages' inline figure scripts
+        app.add_js_file("figure-fit.js", priority=101)  # wraps Plotly.newPlot: also before them
 
 
 def _write_plotly_js(app, exception):

@@ -11,14 +11,16 @@ top to bottom, each in a row of its own:
 
 It also makes every control set the title as ``{"title.text": ...}``: a bare ``title`` string
 works in plotly.js 2 (Colab) but plotly.js 3 and later drop it, and with it the figure's title.
-The book's CSS keeps a figure at least ``MIN_WIDTH`` wide (a phone scrolls it sideways).
+This is the layout for a column at least ``MIN_WIDTH`` wide. In a narrower one (a phone) the
+published book lays each figure out again for the width it has, in the browser, where the parts'
+drawn sizes can be measured (``book/_ext/static/figure-fit.js``).
 """
 
 from __future__ import annotations
 
 import re
 
-MIN_WIDTH = 600     # px: the narrowest a figure is drawn (book/_ext/static/book.css)
+MIN_WIDTH = 600     # px: the narrowest column this layout is for (narrower: figure-fit.js)
 TITLE_SIZE = 15     # px
 TITLE_CHARS = 70    # characters of a title line that fit MIN_WIDTH at TITLE_SIZE
 LINE = 20           # px per title line
