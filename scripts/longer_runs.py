@@ -12,6 +12,7 @@ settings are the chapter's, and draws and quotes it beside its own run.
     python scripts/longer_runs.py ch06              # tied vs untied: 5 seeds x 1, 2, 4, 8 x the steps
     python scripts/longer_runs.py ch08              # original vs Cramming BERT: seeds x budgets x peak lrs
     python scripts/longer_runs.py ch08ft            # BERT fine-tuned vs from scratch: 5 seeds x 1, 4 x the steps
+    python scripts/longer_runs.py ch08nsp           # next-sentence prediction against chance: 5 seeds x 1, 4
     python scripts/longer_runs.py ch09              # reversal: exact match over training, 5 seeds
     python scripts/longer_runs.py ch10              # GPT-2, single swaps, LLaMA-style: seeds x budgets
     python scripts/longer_runs.py ch06 --seeds 3 --multiples 1 2   # fewer (a quick check)
@@ -44,7 +45,7 @@ from transformer_lib.speed import cpu_name  # noqa: E402
 
 OUT = ROOT / "book" / "longer_runs"
 NAMES = {"ch04": "04_normalization", "ch05": "05_positions", "ch06": "06_weight_tying", "ch08": "08_bert",
-         "ch08ft": "08_bert_finetune", "ch09": "09_transformer", "ch10": "10_putting_it_together"}
+         "ch08ft": "08_bert_finetune", "ch08nsp": "08_bert_nsp", "ch09": "09_transformer", "ch10": "10_putting_it_together"}
 
 
 def load() -> list[float]:
@@ -407,6 +408,79 @@ def ch08ft(args, argv) -> None:
             save("ch08ft", record, started)
 
 
+def ch08nsp(args, argv) -> None:
+    """Chapter 8's short MLM + NSP run from its pre-trained BERT: held-out NSP accuracy against chance."""
+    from transformer_lib.data import sentence_tasks as st
+    from transformer_lib.models.bert import with_new_tokens
+
+    settings = dict(seq=16, batch=64, d_model=64, n_layers=2, n_heads=4, steps=1000, lr=5e-3, nsp_steps=100,
+                    nsp_lr=1e-3, nsp_batch=32, nsp_test=1000)
+    s = settings
+    text = tl.load_tiny_shakespeare()
+    tok = tl.CharTokenizer.from_text(text)
+    mask_id = tok.vocab_size
+    vocab = mask_id + 1
+    cls_id, sep_id = vocab, vocab + 1
+    train_ids, val_ids = tl.train_val_split(torch.tensor(tok.encode(text)), val_fraction=0.1)
+
+    def mlm_batches(split, seed):  # as chapter 8: random windows, then the collator
+        windows = tl.BatchSampler(split, s["batch"], s["seq"], seed=seed)
+        collator = tl.MLMCollator(vocab, mask_id, seed=seed)
+        return lambda: collator(windows()[0])
+
+    small = dict(vocab_size=vocab, n_ctx=s["seq"], d_model=s["d_model"], n_layers=s["n_layers"],
+                 n_heads=s["n_heads"], mask_token_id=mask_id, use_sdpa=True)
+    torch.manual_seed(0)
+    pretrained = tl.BERT(tl.BERTConfig(**small))
+    tl.train(pretrained, mlm_batches(train_ids, 0), mlm_batches(val_ids, 1),
+             tl.TrainConfig(max_steps=s["steps"], lr=s["lr"], warmup_steps=s["steps"] // 10,
+                            eval_interval=s["steps"] // 10, eval_steps=8, device="cpu", progress=False, seed=0))
+    pretrained.eval()
+
+    cut = len(train_ids)
+    train_pairs = st.nsp_pairs(text[:cut], 20_000, seed=0)
+    test_pairs = st.nsp_pairs(text[cut:], s["nsp_test"], seed=1)
+    enc = st.encode_pairs([(a, b) for a, b, _ in train_pairs], tok.encode, cls_id, sep_id, s["seq"])
+    y = torch.tensor([label for _, _, label in train_pairs])
+    test_enc = st.encode_pairs([(a, b) for a, b, _ in test_pairs], tok.encode, cls_id, sep_id, s["seq"])
+    test_y = torch.tensor([label for _, _, label in test_pairs])
+
+    def train_nsp(seed: int, steps: int) -> float:  # as chapter 8
+        torch.manual_seed(seed)
+        pretraining = tl.BERTForPreTraining(with_new_tokens(pretrained, 2, seed=seed))
+        collator = tl.MLMCollator(vocab + 2, mask_id, special_ids=(cls_id, sep_id), pad_token_id=0, seed=seed)
+        g = torch.Generator().manual_seed(seed)
+
+        def batches() -> dict:
+            pick = torch.randint(0, len(y), (s["nsp_batch"],), generator=g)
+            masked = collator(enc["input_ids"][pick])
+            return dict(input_ids=masked["input_ids"], labels=masked["labels"],
+                        attention_mask=enc["attention_mask"][pick], token_type_ids=enc["token_type_ids"][pick],
+                        next_sentence_label=y[pick])
+
+        config = tl.TrainConfig(max_steps=steps, lr=s["nsp_lr"], warmup_steps=steps // 10, weight_decay=0.01,
+                                eval_interval=steps, device="cpu", progress=False, seed=seed)
+        tl.train(pretraining, batches, None, config, loss_fn=lambda m, b: m.loss(**b))
+        pretraining.eval()
+        with torch.no_grad():
+            _, logits = pretraining(test_enc["input_ids"], test_enc["attention_mask"], test_enc["token_type_ids"])
+        return (logits.argmax(-1) == test_y).float().mean().item()
+
+    record = header("ch08nsp", argv, settings)
+    record.setdefault("runs", [])
+    record.update(chance=0.5)
+    started = time.process_time()
+    for multiple in args.multiples or (1, 4):
+        steps = s["nsp_steps"] * multiple
+        for seed in range(args.seeds):
+            if have(record["runs"], seed=seed, multiple=multiple):
+                continue
+            accuracy = train_nsp(seed, steps)
+            record["runs"].append(dict(seed=seed, multiple=multiple, steps=steps, accuracy=round(accuracy, 4)))
+            log(f"ch08nsp x{multiple} seed {seed}: {accuracy:.4f}")
+        save("ch08nsp", record, started)
+
+
 # ---- chapter 9: reversing digit strings, exact match over training -----------------------------
 
 def ch09(args, argv) -> None:
@@ -560,7 +634,8 @@ def ch10(args, argv) -> None:
             save("ch10", record, started)
 
 
-COMMANDS = {"ch04": ch04, "ch05": ch05, "ch06": ch06, "ch08": ch08, "ch08ft": ch08ft, "ch09": ch09, "ch10": ch10}
+COMMANDS = {"ch04": ch04, "ch05": ch05, "ch06": ch06, "ch08": ch08, "ch08ft": ch08ft, "ch08nsp": ch08nsp,
+            "ch09": ch09, "ch10": ch10}
 
 
 def main(argv: list[str] | None = None) -> None:

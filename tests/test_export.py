@@ -178,3 +178,94 @@ def test_live_compare_names_every_model_with_its_loss(tmp_path):
         live_compare(exports, {"GPT-2": float("nan"), "LLaMA-style": 1.0})
     with pytest.raises(TypeError, match="prompt must be a str, got int"):
         live_compare(exports, {"GPT-2": 1.0, "LLaMA-style": 1.0}, prompt=3)
+
+
+# ---- chapter 8's speaker classifier: BERTForSequenceClassification, the panel's "classifier" kind ------------
+CLS, SEP = 11, 12  # after the 10 characters and [MASK] of the classifier's vocabulary
+CLF_TOKENS = [*"abcdefghij", "[MASK]", "[CLS]", "[SEP]"]
+
+
+def classifier(n_classes: int = 3):
+    """A small classifier with distinct norms and a non-trivial pooler, in eval mode."""
+    torch.manual_seed(0)
+    bert = randomise_norms(tl.BERT(tl.BERTConfig(**(SMALL | {"vocab_size": 13}))))
+    model = tl.BERTForSequenceClassification(bert, n_classes, dropout=0.1)
+    with torch.no_grad():  # a larger pooler and head than init_std's, so that every part moves the logits
+        model.pooler.dense.weight.normal_(0, 0.5)
+        model.classifier.weight.normal_(0, 0.5)
+        model.classifier.bias.normal_(0, 0.5)
+    return model.eval()
+
+
+def test_classifier_round_trip(tmp_path):
+    """save_pretrained / load_pretrained keep the head (n_classes, dropout) and every weight, the tie too."""
+    model = classifier()
+    tl.save_pretrained(model, tmp_path)
+    meta = json.loads((tmp_path / "config.json").read_text())
+    assert meta["model"] == "BERTForSequenceClassification" and meta["n_classes"] == 3 and meta["dropout"] == 0.1
+    loaded = tl.load_pretrained(tmp_path)
+    assert type(loaded) is type(model) and loaded.n_classes == 3 and loaded.drop.p == 0.1 and not loaded.training
+    assert loaded.bert.config == model.bert.config
+    state, loaded_state = model.state_dict(), loaded.state_dict()
+    assert state.keys() == loaded_state.keys() and all(torch.equal(state[k], loaded_state[k]) for k in state)
+    assert loaded.bert.mlm_head.decoder.weight is loaded.bert.token_embedding.weight
+    meta["n_classes"] = 1
+    (tmp_path / "config.json").write_text(json.dumps(meta))
+    with pytest.raises(ValueError, match=r'"n_classes" must be an integer >= 2 .* got 1'):
+        tl.load_pretrained(tmp_path)
+
+
+@pytest.mark.slow
+def test_classifier_export_is_the_classifier(tmp_path):
+    """The ONNX file's logits are the classifier's (1, n_classes), at every length: the pooled [CLS] vector
+    through the head, neither the MLM head nor the [CLS] vector without the pooler; its folder names the
+    classes and the [CLS]/[SEP] ids, and the panel's div names the classes before it is opened."""
+    model = classifier()
+    export = tl.export_for_browser(model, CLF_TOKENS, "clf", [[CLS, 1, 2, 3, SEP]], directory=tmp_path,
+                                   special={"mask": 10, "cls": CLS, "sep": SEP}, labels=["ROMEO", "JULIET", "NURSE"])
+    assert export.kind == "classifier" and export.labels == ("ROMEO", "JULIET", "NURSE") and export.max_abs_diff < 1e-5
+    info = json.loads((tmp_path / "clf" / "browser.json").read_text())
+    assert info["labels"] == ["ROMEO", "JULIET", "NURSE"] and info["special"] == {"mask": 10, "cls": CLS, "sep": SEP}
+    assert info["kind"] == "classifier" and info["model"] == "BERTForSequenceClassification"
+    assert info["n_ctx"] == SMALL["n_ctx"] and info["vocab_size"] == 13 and info["tokens"] == CLF_TOKENS
+    session = onnxruntime.InferenceSession(str(tmp_path / "clf" / "model.onnx"), providers=["CPUExecutionProvider"])
+    g = torch.Generator().manual_seed(2)
+    for length in (0, 1, 4, SMALL["n_ctx"] - 2):  # [CLS] line [SEP]: an empty line up to a full window
+        ids = torch.cat([torch.tensor([CLS]), torch.randint(0, 10, (length,), generator=g), torch.tensor([SEP])])[None]
+        logits, attention = session.run(None, {"input_ids": ids.numpy()})
+        with torch.no_grad():
+            h = model.bert.encode(ids)  # (1, seq, d_model)
+            expected = model.classifier(model.pooler(h))  # (1, n_classes)
+            no_pooler = model.classifier(h[:, 0])
+        assert logits.shape == (1, 3) and attention.shape == (2, 2, length + 2, length + 2)
+        np.testing.assert_allclose(logits, model(ids).detach().numpy(), atol=2e-5, rtol=0)
+        np.testing.assert_allclose(logits, expected.numpy(), atol=2e-5, rtol=0)
+        assert np.abs(logits - no_pooler.numpy()).max() > 1e-2, "the pooler would not be missed: a weak test"
+    # the same line padded in a batch (as the chapter classifies) gives the panel's unpadded logits
+    line = torch.tensor([[CLS, 1, 2, 3, SEP, 0, 0, 0]])
+    with torch.no_grad():
+        padded = model(line, attention_mask=(torch.arange(8) < 5).long()[None])
+    np.testing.assert_allclose(session.run(None, {"input_ids": line[:, :5].numpy()})[0], padded.numpy(), atol=2e-5)
+    html = live_panel(export, prompt="abc")._repr_html_()
+    assert 'data-kind="classifier"' in html and 'data-classes="[&quot;ROMEO&quot;, &quot;JULIET&quot;, ' in html
+
+
+def test_classifier_export_errors(tmp_path):
+    model = classifier(2)
+    args = (model, CLF_TOKENS, "clf", [[CLS, 1, SEP]])
+    with pytest.raises(ValueError, match=r"labels must be the n_classes=2 class names .* got 3 of them"):
+        tl.export_for_browser(*args, special={"cls": CLS, "sep": SEP}, labels=["a", "b", "c"], directory=tmp_path)
+    with pytest.raises(ValueError, match=r"labels must be the n_classes=2 class names .* got NoneType"):
+        tl.export_for_browser(*args, special={"cls": CLS, "sep": SEP}, directory=tmp_path)
+    with pytest.raises(ValueError, match=r"labels must be .* got 2 of them: \['a', ' '\]"):
+        tl.export_for_browser(*args, special={"cls": CLS, "sep": SEP}, labels=["a", " "], directory=tmp_path)
+    with pytest.raises(ValueError, match=r"special must give the sep id"):
+        tl.export_for_browser(*args, special={"cls": CLS}, labels=["a", "b"], directory=tmp_path)
+    with pytest.raises(ValueError, match=r"special must give the cls and sep ids"):
+        tl.export_for_browser(*args, labels=["a", "b"], directory=tmp_path)
+    with pytest.raises(ValueError, match="labels are a classifier.s class names; a GPT2 has no classes"):
+        tl.export_for_browser(models()["gpt2"], list("abcdefghijk"), "x", [[0]], labels=["a", "b"],
+                              directory=tmp_path)
+    with pytest.raises(ValueError, match="special's roles are mask, bos, eos, pad, cls, sep, got 'unk'"):
+        tl.export_for_browser(*args, special={"unk": 1}, labels=["a", "b"], directory=tmp_path)
+    assert not (tmp_path / "clf").exists()

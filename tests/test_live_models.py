@@ -6,7 +6,9 @@ every other host unreachable, and for each page's ``<div class="tfs-live">``:
 * before the panel is opened, the page has fetched none of its lazy files (runtime, model);
 * opened, and text typed into its box, the panel's numbers equal PyTorch's on the same ids
   (``transformer_lib.export.load_pretrained`` on the published folder): probabilities and every
-  layer's and head's attention within 1e-4; for the encoder-decoder also the greedy output;
+  layer's and head's attention within 1e-4; for the encoder-decoder also the greedy output; for a
+  classifier (chapter 8's speakers) the class probabilities of the model's own forward pass on
+  ``[CLS] line [SEP]``, its likeliest class named;
 * seeded sampling gives the same text twice; a reloaded page opens and runs again, alike;
 * off the happy path: a text longer than the context is cut with a note that says how many characters
   were read; an error replaces the result of the text before it; the timing line reports a forward
@@ -40,7 +42,8 @@ HTML = Path(os.environ.get("TFS_LIVE_HTML") or ROOT / "_build" / "html")
 REPORT = HTML.parent / "live_models_report.json"
 SHOTS = HTML.parent / "live"
 REQUIRED = os.environ.get("TFS_REQUIRE_BROWSER") == "1"
-EXPECTED = {"ch07-gpt": "causal-lm", "ch08-bert": "masked-lm", "ch09-reverse": "seq2seq", "ch10-llama": "causal-lm"}
+EXPECTED = {"ch07-gpt": "causal-lm", "ch08-bert": "masked-lm", "ch08-speaker": "classifier", "ch09-reverse": "seq2seq",
+            "ch10-llama": "causal-lm"}
 LAZY = ("/_static/ort/", "/_static/models/", ".wasm", ".onnx", "browser.json")
 MAX_PAGE_BYTES = 1_500_000  # as tests/test_browser.py: a chapter and its own files
 TOLERANCE = 1e-4
@@ -49,6 +52,7 @@ TEXTS = {  # what the test types, per kind (cut to the model's context)
     "causal-lm": "ROMEO:\nBut soft, what light",
     "masked-lm": "to b_, or not t_ be",
     "seq2seq": "2718281",
+    "classifier": "Now, if you love me, stay.",
 }
 PANEL = re.compile(r'<div class="tfs-live"([^>]*)>')
 COMPARE = re.compile(r'<div class="tfs-live tfs-live-compare"([^>]*)>')
@@ -253,6 +257,16 @@ def _check_against_torch(model_dir: Path, info: dict, last: dict, text: str) -> 
             logits, attention = net(torch.tensor([expected_ids]))
             diffs["probs"] = _max_diff(last["probs"], torch.softmax(logits[0, positions], -1))
             diffs["attention"] = _max_diff(last["attention"], attention)
+        elif kind == "classifier":
+            cls, sep = info["special"]["cls"], info["special"]["sep"]
+            expected_ids = [cls] + _encode(info, text)[: n_ctx - 2] + [sep]  # the line's start, as encode_lines
+            assert last["input_ids"] == expected_ids, "the browser's ids differ from [CLS] line [SEP]"
+            ids = torch.tensor([expected_ids])
+            # the classifier's own forward (pooled [CLS], its head), not the export's wrapper of it
+            probs = torch.softmax(net.model(ids)[0], -1)  # (n_classes,)
+            assert len(info["labels"]) == len(probs) and last["predicted"] == int(probs.argmax())
+            diffs["probs"] = _max_diff(last["probs"], probs)
+            diffs["attention"] = _max_diff(last["attention"], net(ids)[1])
         else:
             bos, eos = info["special"]["bos"], info["special"]["eos"]
             src = _encode(info, text)
@@ -428,6 +442,25 @@ def test_live_panel(browser, site, panel):
         assert got.get("input_ids") == _encode(info, long, info["special"]["mask"])[: info["n_ctx"]]
         note = f"it read the first {info['n_ctx']} of the {len(long)} you typed"
         assert note in _message(driver, model), _message(driver, model)
+    elif panel["kind"] == "classifier":
+        # the class names, likeliest first, on the bars and the line above them
+        seen = _shown_result(driver, model)
+        likeliest = info["labels"][first["predicted"]]
+        assert seen["plots"] >= 2 and seen["text"].startswith(f"Likeliest: {likeliest} ("), seen["text"]
+        bars = driver.execute_script(f"return [...{_panel_js(model)}.querySelectorAll('.tfs-live-plot .ytick text')]"
+                                     ".map((t) => t.textContent);")
+        assert sorted(info["labels"]) == sorted(set(bars) & set(info["labels"])), bars
+        # a long line: the first n_ctx - 2 characters between [CLS] and [SEP], and the panel says so
+        long = (text + " ") * (info["n_ctx"] // len(text) + 2)
+        got = driver.execute_async_script(_call(model, "run"), long)
+        room = info["n_ctx"] - 2
+        assert got.get("input_ids") == [info["special"]["cls"]] + _encode(info, long)[:room] + [info["special"]["sep"]]
+        note = f"it read the first {room} of the {len(long)} you typed"
+        assert note in _message(driver, model), _message(driver, model)
+        # an empty line is not classified: said, and the earlier result goes
+        got = driver.execute_async_script(_call(model, "run"), "")
+        assert "error" in got and "Type a line" in _message(driver, model), (got, _message(driver, model))
+        assert _shown_result(driver, model)["last"] is None
     else:  # seq2seq: more digits than the context holds are refused, saying how many were typed
         long = "1234567890" * (info["n_ctx"] // 10 + 1)
         driver.execute_async_script(_call(model, "run"), text)

@@ -27,6 +27,9 @@ NAMES = {
                              steps="STEPS", lr="LR", n_speakers="N_SPEAKERS", per_class="PER_CLASS",
                              ft_steps="FT_STEPS", ft_lr="FT_LR", ft_batch="FT_BATCH",
                              test_per_class="TEST_PER_CLASS"),
+    "08_bert_nsp": dict(seq="SEQ", batch="BATCH", d_model="D_MODEL", n_layers="N_LAYERS", n_heads="N_HEADS",
+                        steps="STEPS", lr="LR", nsp_steps="NSP_STEPS", nsp_lr="NSP_LR", nsp_batch="NSP_BATCH",
+                        nsp_test="NSP_TEST"),
     "09_transformer": dict(min_len="MIN_LEN", max_len="MAX_LEN", steps="STEPS", batch="BATCH_SIZE", lr="LR",
                            num_beams="NUM_BEAMS", length_penalty="LENGTH_PENALTY", held_out="N_HELD_OUT"),
     "10_putting_it_together": dict(d_model="D_MODEL", n_layers="N_LAYERS", n_heads="N_HEADS",
@@ -37,7 +40,7 @@ NAMES = {
 
 
 # a results file whose name is not its chapter's: the chapter's notebook
-NOTEBOOKS = {"08_bert_finetune": "08_bert"}
+NOTEBOOKS = {"08_bert_finetune": "08_bert", "08_bert_nsp": "08_bert"}
 
 
 def cpu_settings(notebook: Path) -> dict:

@@ -8,6 +8,9 @@ export their models the same way. ``export_for_browser`` writes one folder per m
 * ``model.onnx``: the forward pass with every layer's attention weights as extra outputs,
   which the book's live panel runs with ONNX Runtime Web (``book/_ext/live_models.py``);
 * ``browser.json``: what the panel needs besides: the tokens, the shapes, the file sizes.
+
+Chapter 8 also exports its fine-tuned speaker classifier (``BERTForSequenceClassification``, kind
+``classifier``): its ``browser.json`` names the classes (``labels``) and the ``[CLS]``/``[SEP]`` ids.
 """
 
 from __future__ import annotations
@@ -29,7 +32,8 @@ from torch import Tensor, nn
 from ._checks import check_device, check_finite_weights, check_int, check_positive
 from .config import unknown_settings
 from .layers.attention import capture_attention
-from .models import BERT, GPT2, BERTConfig, EncoderDecoder, EncoderDecoderConfig, GPT2Config
+from .models import (BERT, GPT2, BERTConfig, BERTForSequenceClassification, EncoderDecoder,
+                     EncoderDecoderConfig, GPT2Config)
 
 # class name -> (model, config, the live panel's kind, ONNX inputs, ONNX attention outputs)
 MODELS = {
@@ -37,7 +41,11 @@ MODELS = {
     "BERT": (BERT, BERTConfig, "masked-lm", ("input_ids",), ("attention",)),
     "EncoderDecoder": (EncoderDecoder, EncoderDecoderConfig, "seq2seq", ("src_ids", "tgt_ids"),
                        ("encoder_attention", "decoder_attention", "cross_attention")),
+    # logits (1, n_classes): one row for the whole input, read from its first token, [CLS]
+    "BERTForSequenceClassification": (BERTForSequenceClassification, BERTConfig, "classifier", ("input_ids",),
+                                      ("attention",)),
 }
+SPECIAL_ROLES = ("mask", "bos", "eos", "pad", "cls", "sep")
 EXPORT_DIR_VARIABLE = "TFS_BROWSER_MODELS"  # where export_for_browser writes (the book's build sets it)
 # what the ONNX export needs: only the book's site does (its live panels), so a learner's install
 # (transformer_lib[book], Colab's set-up cell) leaves them out, and export_for_browser skips the ONNX file
@@ -49,6 +57,11 @@ def _model_name(model: nn.Module) -> str:
         if type(model) is cls:
             return name
     raise TypeError(f"model must be one of {', '.join(MODELS)}, got {type(model).__name__}")
+
+
+def _config(model: nn.Module):
+    """The model's config; a classifier's is its encoder's (it adds ``n_classes`` only)."""
+    return model.bert.config if isinstance(model, BERTForSequenceClassification) else model.config
 
 
 def save_pretrained(model: nn.Module, directory: str | os.PathLike) -> Path:
@@ -63,7 +76,9 @@ def save_pretrained(model: nn.Module, directory: str | os.PathLike) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     # save_model (not save_file) stores a tied head once and restores the tie on loading
     safetensors.torch.save_model(model, str(directory / "model.safetensors"))
-    config = {"model": name, "config": model.config.to_dict()}
+    config = {"model": name, "config": _config(model).to_dict()}
+    if isinstance(model, BERTForSequenceClassification):  # the head's settings beside the encoder's
+        config.update(n_classes=model.n_classes, dropout=model.drop.p)
     (directory / "config.json").write_text(json.dumps(config, indent=1) + "\n", encoding="utf-8")
     return directory
 
@@ -128,6 +143,12 @@ def _model_from_config(path: Path) -> nn.Module:
     if unknown:
         raise ValueError(f"{path}: {unknown} (was it written by another version of transformer_lib?)")
     try:
+        if cls is BERTForSequenceClassification:
+            n_classes, dropout = meta.get("n_classes"), meta.get("dropout")
+            if isinstance(n_classes, bool) or not isinstance(n_classes, int) or n_classes < 2:
+                raise ValueError(f"\"n_classes\" must be an integer >= 2 (the classifier's classes), "
+                                 f"got {n_classes!r}")
+            return cls(BERT(config_cls(**settings)), n_classes, dropout=dropout)
         return cls(config_cls(**settings))
     except (TypeError, ValueError) as e:
         raise ValueError(f"{path} holds an invalid {config_cls.__name__}: {e}") from None
@@ -155,8 +176,9 @@ def _weights_problem(weights: Path, config_path: Path, error: Exception) -> str:
 class WithAttention(nn.Module):
     """``model``'s forward for one sequence, returning the attention weights beside the logits.
 
-    Outputs: ``(1, seq, vocab)`` logits, then one ``(n_layers, n_heads, seq_q, seq_k)`` stack per
-    kind of attention (one for GPT2 and BERT; encoder, decoder and cross for EncoderDecoder).
+    Outputs: ``(1, seq, vocab)`` logits (a classifier's: ``(1, n_classes)``), then one
+    ``(n_layers, n_heads, seq_q, seq_k)`` stack per kind of attention (one for GPT2, BERT and the
+    classifier; encoder, decoder and cross for EncoderDecoder).
     """
 
     def __init__(self, model: nn.Module) -> None:
@@ -184,7 +206,7 @@ def export_onnx(model: nn.Module, path: str | os.PathLike) -> Path:
     name = _model_name(model)
     _, _, _, inputs, attention = MODELS[name]
     cpu = copy.deepcopy(model).float().cpu().eval()
-    n_ctx = cpu.config.n_ctx
+    n_ctx = _config(cpu).n_ctx
     example = tuple(torch.zeros(1, min(3 + i, n_ctx), dtype=torch.long) for i in range(len(inputs)))
     # export specialises a length of 1, so the example is longer; the graph takes any length
     dims = [{1: torch.export.Dim(f"{k}_len", min=1, max=n_ctx)} for k in inputs]
@@ -219,6 +241,7 @@ class BrowserExport:
     max_abs_diff: float | None  # ONNX Runtime's outputs against PyTorch's, on ``example`` (None: skipped)
     export_seconds: float
     skipped: str = ""  # why there is no ONNX file (the ONNX packages are not installed), else ""
+    labels: tuple[str, ...] = ()  # a classifier's class names, class 0 first (other kinds: none)
 
     def __repr__(self) -> str:
         if self.skipped:
@@ -248,6 +271,7 @@ def export_for_browser(
     example: Sequence[Sequence[int]],
     *,
     special: dict[str, int] | None = None,
+    labels: Sequence[str] | None = None,
     directory: str | os.PathLike | None = None,
     tolerance: float = 1e-4,
 ) -> BrowserExport:
@@ -258,7 +282,10 @@ def export_for_browser(
             for a character tokenizer, plus the special tokens' names (``"[MASK]"``, ``"<bos>"``).
         name: the folder's name, e.g. ``"ch07-gpt"``.
         example: one id sequence per ONNX input, on which ONNX Runtime is checked against PyTorch.
-        special: ids of special tokens by role: ``mask`` (BERT), ``bos``, ``eos``, ``pad``.
+        special: ids of special tokens by role: ``mask`` (BERT), ``bos``, ``eos``, ``pad``; a
+            classifier needs ``cls`` and ``sep``, which the panel puts around the typed line.
+        labels: a classifier's class names, ``labels[c]`` for class ``c`` (the panel's bars);
+            only for a ``BERTForSequenceClassification``, which needs them.
         directory: the parent folder; default ``$TFS_BROWSER_MODELS``, else ``browser_models``.
         tolerance: the largest difference between ONNX Runtime and PyTorch accepted; beyond it,
             a ``RuntimeError`` (and no ``browser.json``, so no page publishes the file).
@@ -269,8 +296,9 @@ def export_for_browser(
     """
     model_name = _model_name(model)
     _, _, kind, inputs, attention = MODELS[model_name]
-    config = model.config
+    config = _config(model)
     special = _check_export(model, tokens, name, example, special, inputs, tolerance)
+    labels = _check_labels(model, labels, special)
     check_finite_weights(model, "export the model")
     parent = Path(directory or os.environ.get(EXPORT_DIR_VARIABLE) or "browser_models")
     folder = parent / name
@@ -285,7 +313,7 @@ def export_for_browser(
                    f"needs the ONNX file (its live panel); here the model is live in the notebook. "
                    f"pip install {' '.join(ONNX_PACKAGES)} to export it")
         return BrowserExport(name, folder, kind, 0, (folder / "model.safetensors").stat().st_size,
-                             n_params, None, time.perf_counter() - start, skipped)
+                             n_params, None, time.perf_counter() - start, skipped, labels)
     onnx_path = export_onnx(model, folder / "model.onnx")
     seconds = time.perf_counter() - start
     ids = [torch.tensor([list(seq)], dtype=torch.long) for seq in example]
@@ -302,14 +330,16 @@ def export_for_browser(
         "files": {f: (folder / f).stat().st_size for f in ("model.onnx", "model.safetensors", "config.json")},
         "check": {"example": [list(seq) for seq in example], "max_abs_diff": diff},
     }
+    if labels:
+        info["labels"] = list(labels)
     (folder / "browser.json").write_text(json.dumps(info, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
     return BrowserExport(name, folder, kind, info["files"]["model.onnx"], info["files"]["model.safetensors"],
-                         n_params, diff, seconds)
+                         n_params, diff, seconds, labels=labels)
 
 
 def _check_export(model, tokens, name, example, special, inputs, tolerance) -> dict:
     """:func:`export_for_browser`'s arguments; returns ``special`` as a dict."""
-    config = model.config
+    config = _config(model)
     if isinstance(tokens, str) or not isinstance(tokens, Sequence) \
             or not all(isinstance(t, str) for t in tokens):
         raise TypeError("tokens must be a list of strings, the text of each token id (tok.chars for a "
@@ -333,8 +363,30 @@ def _check_export(model, tokens, name, example, special, inputs, tolerance) -> d
             check_int(f"example[{k}]'s ids", i, low=0, high=config.vocab_size - 1)
     special = dict(special or {})
     for role, i in special.items():
-        if role not in ("mask", "bos", "eos", "pad"):
-            raise ValueError(f"special's roles are mask, bos, eos and pad, got {role!r}")
+        if role not in SPECIAL_ROLES:
+            raise ValueError(f"special's roles are {', '.join(SPECIAL_ROLES)}, got {role!r}")
         check_int(f"special[{role!r}]", i, low=0, high=config.vocab_size - 1)
     check_positive("tolerance", tolerance)
     return special
+
+
+def _check_labels(model, labels, special: dict) -> tuple[str, ...]:
+    """A classifier's class names (one non-empty string per class) and its ``cls``/``sep`` ids."""
+    if not isinstance(model, BERTForSequenceClassification):
+        if labels is not None:
+            raise ValueError(f"labels are a classifier's class names; a {type(model).__name__} has no "
+                             "classes (leave labels out)")
+        return ()
+    n = model.n_classes
+    if isinstance(labels, str) or not isinstance(labels, Sequence) or len(labels) != n \
+            or not all(isinstance(x, str) and x.strip() for x in labels):
+        got = f"{len(labels)} of them" if isinstance(labels, Sequence) and not isinstance(labels, str) \
+            else type(labels).__name__
+        raise ValueError(f"labels must be the n_classes={n} class names (non-empty strings), class 0 first, "
+                         f"got {got}: {labels!r:.80}")
+    missing = [role for role in ("cls", "sep") if role not in special]
+    if missing:
+        ids = f"{' and '.join(missing)} id{'s' if len(missing) > 1 else ''}"
+        raise ValueError(f"a classifier reads [CLS] line [SEP]: special must give the {ids}, "
+                         "e.g. special={'cls': 66, 'sep': 67}")
+    return tuple(labels)

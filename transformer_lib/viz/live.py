@@ -5,7 +5,9 @@ Defined in chapter 7, *GPT-2* (section *The model in your browser*). The panel i
 bars and attention maps, computed by ONNX Runtime Web from the files that
 :func:`transformer_lib.export.export_for_browser` wrote (``book/_ext/live_models.py``
 publishes them). Jupyter has no such script, so there the panel says where the files are.
-``live_compare`` (chapter 10) puts two or more such models side by side on the same text.
+``live_compare`` (chapter 10) puts two or more such models side by side on the same text. A
+classifier's panel (chapter 8's speaker classifier) shows the probability of each class of the line
+typed.
 """
 
 from __future__ import annotations
@@ -40,6 +42,8 @@ class LivePanel:
         e = self.export
         attrs = {"model": e.name, "kind": e.kind, "prompt": self.prompt, "onnx-bytes": e.onnx_bytes,
                  "parameters": e.parameters}
+        if e.labels:  # a classifier: its classes, named before the panel is opened
+            attrs["classes"] = json.dumps(list(e.labels), ensure_ascii=False)
         data = " ".join(f'data-{k}="{html.escape(str(v), quote=True)}"' for k, v in attrs.items())
         folder = Path(os.path.relpath(e.directory)) if e.directory.is_absolute() else e.directory
         if folder.parts[:1] == ("..",):  # the book's build exports outside the notebook's folder

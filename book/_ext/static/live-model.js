@@ -11,10 +11,12 @@
  * as GitHub Pages cannot send the headers that threads need). book/_ext/live_models.py copies
  * these files into the site. Plotly (on every page of the book) draws the bars and heatmaps.
  *
- * Three kinds of model, as export_for_browser names them:
- *   causal-lm  GPT-2 / LLaMA-style: next-character probabilities, attention, sampling
- *   masked-lm  BERT: the likeliest characters for each blank "_" (or "[MASK]"), attention
- *   seq2seq    the encoder-decoder that reverses digits: greedy decoding, cross-attention
+ * Four kinds of model, as export_for_browser names them:
+ *   causal-lm   GPT-2 / LLaMA-style: next-character probabilities, attention, sampling
+ *   masked-lm   BERT: the likeliest characters for each blank "_" (or "[MASK]"), attention
+ *   seq2seq     the encoder-decoder that reverses digits: greedy decoding, cross-attention
+ *   classifier  BERT fine-tuned to classify a line (chapter 8): [CLS] line [SEP] -> one logit per
+ *               class (browser.json's labels), their softmax as bars, attention
  * and, in its own class (ComparePanel), <div class="tfs-live tfs-live-compare" data-models="A B">:
  * several causal-lm models side by side on one text box (chapter 10's GPT-2 and LLaMA-style).
  *
@@ -262,24 +264,26 @@
     };
   }
 
-  /** Top-n bars of a probability vector, likeliest on top. */
-  function drawBars(div, probs, info, n, title) {
+  /** Top-n bars of a probability vector, likeliest on top; `names[i]` labels entry i (default: the tokens). */
+  function drawBars(div, probs, info, n, title, names) {
+    const label = names || info.tokens.map(shown);
     const order = probs.map((_, i) => i).sort((a, b) => probs[b] - probs[a]).slice(0, n);
     const colors = themeColors();
-    const height = 40 + 24 * n;
+    const height = 40 + 24 * Math.min(n, probs.length);
     div.style.height = `${height}px`; // plotly's responsive mode sizes the figure to its div
     const layout = baseLayout(div, title, height);
-    layout.margin.l = 40;
+    // room for the longest label (a class name is longer than a character), within reason on a phone
+    layout.margin.l = Math.min(160, Math.max(40, 9 * Math.max(...order.map((i) => label[i].length)) + 16));
     layout.margin.r = 48; // room for the last bar's percentage
     layout.xaxis = { range: [0, Math.min(1, Math.max(0.1, 1.15 * probs[order[0]]))], tickformat: ".0%",
       gridcolor: colors.grid, fixedrange: true, zeroline: false };
-    layout.yaxis = { autorange: "reversed", fixedrange: true, tickfont: { size: 14 },
-      tickvals: order.map((_, k) => k), ticktext: order.map((i) => shown(info.tokens[i])) };
+    layout.yaxis = { autorange: "reversed", fixedrange: true, tickfont: { size: names ? 13 : 14 },
+      tickvals: order.map((_, k) => k), ticktext: order.map((i) => label[i]) };
     Plotly.react(div, [{
       type: "bar", orientation: "h", x: order.map((i) => probs[i]), y: order.map((_, k) => k),
       marker: { color: colors.primary },
       text: order.map((i) => `${(100 * probs[i]).toFixed(1)}%`), textposition: "outside", cliponaxis: false,
-      customdata: order.map((i) => shown(info.tokens[i])),
+      customdata: order.map((i) => label[i]),
       hovertemplate: "“%{customdata}”: %{x:.2%}<extra></extra>",
     }], layout, PLOT_CONFIG);
   }
@@ -323,6 +327,7 @@
       this.kind = el.dataset.kind;
       this.onnxBytes = Number(el.dataset.onnxBytes) || 0;
       this.parameters = Number(el.dataset.parameters) || 0;
+      this.classes = this.kind === "classifier" ? JSON.parse(el.dataset.classes || "[]") : [];
       this.folder = `${STATIC}models/${encodeURIComponent(this.name)}/`;
       this.runs = 0;
       this.queue = Promise.resolve();
@@ -350,7 +355,9 @@
       if (fallback) fallback.hidden = true;
       const what = { "causal-lm": "It predicts the next character of the text you type, and writes on.",
         "masked-lm": "It fills in the blanks (_) of the text you type.",
-        "seq2seq": "It reverses the digits you type, one output digit at a time." }[this.kind] || "";
+        "seq2seq": "It reverses the digits you type, one output digit at a time.",
+        "classifier": `It reads the line you type and gives the probability of each of its classes` +
+          `${this.classes.length ? ` (${this.classes.join(", ")})` : ""}.` }[this.kind] || "";
       this.openButton = make("button", { type: "button", class: "tfs-live-open", onclick: () => this.open() },
         "Open the live model");
       this.status = make("div", { class: "tfs-live-status", role: "status", "aria-live": "polite" });
@@ -435,7 +442,8 @@
         ...(this.kind === "seq2seq" ? { inputmode: "numeric" } : {}),
       });
       this.box.value = this.el.dataset.prompt || {
-        "causal-lm": "", "masked-lm": "to be, or not to b_", "seq2seq": "31415" }[this.kind] || "";
+        "causal-lm": "", "masked-lm": "to be, or not to b_", "seq2seq": "31415",
+        "classifier": "Now, if you love me, stay." }[this.kind] || "";
       this.box.addEventListener("input", () => {
         this.typedAt = performance.now();
         if (this.api.generated && this.api.generated.prompt !== this.box.value) this.clearSamples();
@@ -448,6 +456,7 @@
         "causal-lm": `Type any text made of the training text's characters; the model reads the last ${info.n_ctx}.`,
         "masked-lm": `Write _ (or [MASK]) for each character the model should guess; at most ${info.n_ctx} characters.`,
         "seq2seq": `Type 1 to ${info.n_ctx - 1} digits.`,
+        "classifier": `Type a line; the model reads its first ${info.n_ctx - 2} characters, between [CLS] and [SEP].`,
       }[this.kind];
       this.message = make("p", { class: "tfs-live-message", "aria-live": "polite" });
       this.body = make("div", { class: "tfs-live-body" },
@@ -459,6 +468,7 @@
       if (this.kind === "causal-lm") this.buildCausal();
       else if (this.kind === "masked-lm") this.buildMasked();
       else if (this.kind === "seq2seq") this.buildSeq2seq();
+      else if (this.kind === "classifier") this.buildClassifier();
       this.buildDownloads();
       this.updateInfo(null);
       // the attention map's tick labels depend on its width: redraw when the width changes
@@ -572,7 +582,7 @@
         if (this.api.generated && this.api.generated.prompt !== text) this.clearSamples();
         try {
           const last = await { "causal-lm": () => this.runCausal(text), "masked-lm": () => this.runMasked(text),
-            "seq2seq": () => this.runSeq2seq(text) }[this.kind]();
+            "seq2seq": () => this.runSeq2seq(text), "classifier": () => this.runClassifier(text) }[this.kind]();
           if (typedAt !== null && this.typedAt === typedAt) last.input_to_result_ms = performance.now() - typedAt;
           last.text = text;
           this.api.last = last;
@@ -774,6 +784,43 @@
       this.fills.replaceChildren(positions.length ? list
         : make("p", { text: "No blank in the text: write _ where the model should guess a character." }));
       this.labels = ids.map((i) => (i === mask ? "▮" : shown(info.tokens[i])));
+      this.current = last;
+      this.drawAttention();
+      return last;
+    }
+
+    // ---- classifier: [CLS] line [SEP] -> the probability of each class -----------------------
+    buildClassifier() {
+      this.filled = make("p", { class: "tfs-live-filled tfs-live-verdict" });
+      this.bars = plotArea();
+      this.heat = plotArea();
+      this.body.append(this.filled, make("div", { class: "tfs-live-plots" },
+        make("div", {}, this.bars.caption, this.bars),
+        make("div", {}, this.attentionControls(null), this.heat.caption, this.heat)));
+    }
+
+    async runClassifier(text) {
+      const info = this.info;
+      const { cls, sep } = info.special;
+      const { ids: chars, unknown } = encode(info, text);
+      if (unknown.length) throw new Error(unknownMessage(unknown));
+      if (!chars.length) throw new Error("Type a line for the model to classify.");
+      const room = info.n_ctx - 2; // [CLS] and [SEP] take two of the model's positions
+      // as the chapter's encode_lines: a long line keeps its start
+      if (chars.length > room) this.note = this.cutNote(room, chars.length, "first") + " Its end is left out.";
+      const ids = [cls, ...chars.slice(0, room), sep];
+      const out = await this.forward({ input_ids: ids });
+      const logits = Array.from(out.logits.data); // (1, n_classes): one row for the whole line
+      const probs = softmax(logits);
+      const predicted = argmax(probs);
+      const last = { input_ids: ids, logits, probs, predicted, attention: nested(out.attention),
+        forward_ms: this.lastForwardMs };
+      const names = info.labels;
+      this.filled.replaceChildren("Likeliest: ", make("mark", { text: names[predicted] }),
+        ` (${(100 * probs[predicted]).toFixed(1)}%)`);
+      drawBars(this.bars, probs, info, names.length, "The model's probability of each class for this line",
+        names);
+      this.labels = ids.map((i) => shown(info.tokens[i]));
       this.current = last;
       this.drawAttention();
       return last;
