@@ -273,7 +273,9 @@
     div.style.height = `${height}px`; // plotly's responsive mode sizes the figure to its div
     const layout = baseLayout(div, title, height);
     // room for the longest label (a class name is longer than a character), within reason on a phone
-    layout.margin.l = Math.min(160, Math.max(40, 9 * Math.max(...order.map((i) => label[i].length)) + 16));
+    // (a class name is mostly capitals, about 10 px each at 13 px: "DUKE VINCENTIO" was cut at 9)
+    const perChar = names ? 10 : 9;
+    layout.margin.l = Math.min(170, Math.max(40, perChar * Math.max(...order.map((i) => label[i].length)) + 20));
     layout.margin.r = 48; // room for the last bar's percentage
     layout.xaxis = { range: [0, Math.min(1, Math.max(0.1, 1.15 * probs[order[0]]))], tickformat: ".0%",
       gridcolor: colors.grid, fixedrange: true, zeroline: false };
