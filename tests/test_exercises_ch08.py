@@ -305,3 +305,163 @@ def test_mlm_mask_shares_in_the_wrong_places_are_named(layout, hint):
 
 def test_mlm_mask_right_layout_passes():
     assert ex.check_mlm_mask(mask_by_intervals((("mask", 0.8), ("random", 0.1), ("keep", 0.1)))).passed
+
+
+# ------------------------------------------------------------------------------ make_pair
+
+
+def pair(a_ids, b_ids, cls_id, sep_id, max_len, *, first_sep_1=False, last_sep_0=False, all_zero=False,
+         types_inverted=False, no_cls=False, cls_last=False, no_first_sep=False, no_last_sep=False, swap=False,
+         a_start=False, b_end=False, no_cut=False, b_takes_rest=False, round_up=False, cut_whole=False,
+         keep_tail=False, pad=False, as_list=False, dtype=torch.long, batch_dim=False, one_tensor=False,
+         in_place=False):
+    """A reader's make_pair, right by default, with each mistake as a switch."""
+    if swap:
+        a_ids, b_ids = b_ids, a_ids
+    room_a = (max_len - 3 + round_up) // 2
+    room_b = max_len - 3 - room_a
+    if b_takes_rest:
+        room_b = max_len - 3 - min(room_a, len(a_ids))
+    a = a_ids if no_cut or cut_whole or keep_tail else a_ids[:room_a] if a_start else a_ids[-room_a:]
+    b = b_ids if no_cut or cut_whole or keep_tail else b_ids[-room_b:] if b_end else b_ids[:room_b]
+    if in_place:
+        a_ids.append(0)
+    ids = ([] if no_cls else [cls_id]) + a + ([] if no_first_sep else [sep_id]) + b
+    ids += ([] if no_last_sep else [sep_id]) + ([cls_id] if cls_last else [])
+    types = [0] * (len(a) + 2) + [1] * (len(b) + 1)
+    if first_sep_1:
+        types[len(a) + 1] = 1
+    if last_sep_0:
+        types[-1] = 0
+    if all_zero:
+        types = [0] * len(types)
+    if types_inverted:
+        types = [1 - t for t in types]
+    types = types[:len(ids)]
+    if cut_whole:
+        ids, types = ids[:max_len], types[:max_len]
+    if keep_tail:
+        ids, types = ids[-max_len:], types[-max_len:]
+    if pad:
+        ids, types = ids + [0] * (max_len - len(ids)), types + [0] * (max_len - len(types))
+    if as_list:
+        return ids, types
+    if one_tensor:
+        return torch.tensor(ids)
+    out = torch.tensor(ids, dtype=dtype), torch.tensor(types, dtype=dtype)
+    return tuple(t[None] for t in out) if batch_dim else out
+
+
+def test_make_pair_correct(capsys):
+    assert ex.check_make_pair(pair).passed is True
+    assert "Correct" in capsys.readouterr().out
+
+
+def test_make_pair_reference_is_the_library_on_one_pair():
+    """The check's answer is encode_pairs' row without its padding, and the chapter's rule by hand."""
+    for a, b, max_len in ex.PAIR_CASES:
+        ids, types = ex.reference_make_pair(a, b, 66, 67, max_len)
+        by_hand_ids, by_hand_types = pair(list(a), list(b), 66, 67, max_len)
+        assert torch.equal(ids, by_hand_ids) and torch.equal(types, by_hand_types)
+        enc = tl.data.sentence_tasks.encode_pairs([(a, b)], list, 66, 67, max_len)
+        assert torch.equal(enc["input_ids"][0, :len(ids)], ids) and enc["attention_mask"][0, len(ids):].sum() == 0
+        assert ids.dtype == types.dtype == torch.long and len(ids) <= max_len
+
+
+def test_make_pair_stub_is_pending(capsys):
+    assert ex.check_make_pair(stub).passed is False
+    assert "Not implemented yet: write make_pair" in capsys.readouterr().out
+
+
+PAIR_MISTAKES = [
+    (dict(first_sep_1=True), r"Your first \[SEP\], the one that ends A, has segment 1"),
+    (dict(last_sep_0=True), r"Your last \[SEP\], the one that ends B, has segment 0"),
+    (dict(first_sep_1=True, last_sep_0=True), r"Your first \[SEP\] has segment 1 and your last \[SEP\] segment 0"),
+    (dict(all_zero=True), r"Your token_type_ids are 0 everywhere"),
+    (dict(types_inverted=True), r"Your segments are the wrong way round"),
+    (dict(no_cls=True), r"Your input_ids have no \[CLS\] \(66\)"),
+    (dict(no_cls=True, cls_last=True), r"Your \[CLS\] \(66\) is at the end"),
+    (dict(no_first_sep=True), r"1 \[SEP\] \(67\) instead of two: the \[SEP\] between A and B is missing"),
+    (dict(no_last_sep=True), r"1 \[SEP\] \(67\) instead of two: the \[SEP\] after B is missing"),
+    (dict(no_first_sep=True, no_last_sep=True), r"0 \[SEP\] \(67\) instead of two: both \[SEP\] are missing"),
+    (dict(swap=True), r"You swapped A and B"),
+    (dict(a_start=True), r"Where A goes you have the first 5 ids of A: A keeps its end, its last 5 ids"),
+    (dict(b_end=True), r"Where B goes you have the last 6 ids of B: B keeps its start, its first 6 ids"),
+    (dict(a_start=True, b_end=True), r"the first 5 ids of A: A keeps its end.*the last 6 ids of B: B keeps its start"),
+    (dict(no_cut=True), r"all 9 ids of A, more than its room of 5: A was not cut\..*all 8 ids of B.*B was not cut"),
+    (dict(b_takes_rest=True), r"the first 9 ids of B, more than its room of 6: B took the room that A left"),
+    (dict(round_up=True), r"the last 6 ids of A, more than its room of 5.*the first 5 ids of B, instead of its first 6"),
+    (dict(cut_whole=True), r"You cut the finished \[CLS\] A \[SEP\] B \[SEP\] to its first max_len = 14 tokens"),
+    (dict(keep_tail=True), r"You kept the last max_len = 14 tokens .* which loses \[CLS\]"),
+    (dict(pad=True), r"the right 12 tokens followed by 4 of padding\. make_pair returns one pair without padding"),
+    (dict(as_list=True), r"returned its input_ids as a Python list: return a tensor"),
+    (dict(dtype=torch.int32), r"input_ids have dtype torch\.int32; ids and segment ids are torch\.long \(int64\)"),
+    (dict(dtype=torch.float32), r"input_ids have dtype torch\.float32"),
+    (dict(batch_dim=True), r"input_ids have shape \(1, 12\): one pair is a 1-D tensor, shape \(n,\) = \(12,\)"),
+    (dict(one_tensor=True), r"should return a pair \(input_ids, token_type_ids\), but it returned Tensor"),
+    (dict(in_place=True), r"gives the right pair but changed its a_ids or b_ids argument in place"),
+]
+
+
+@pytest.mark.parametrize("mistake, hint", PAIR_MISTAKES, ids=[",".join(m) for m, _ in PAIR_MISTAKES])
+def test_make_pair_mistakes_are_named(mistake, hint):
+    with pytest.raises(ExerciseFailed, match=hint):
+        ex.check_make_pair(lambda *a: pair(*a, **mistake))
+
+
+def test_make_pair_mistakes_give_different_answers():
+    """On the check's pairs each content slip gives its own (input_ids, token_type_ids): no two slips, and no
+    slip and the right answer, agree on all three pairs."""
+    content = [m for m, _ in PAIR_MISTAKES if not ({"as_list", "dtype", "batch_dim", "one_tensor", "in_place"} & set(m))]
+
+    def answers(**mistake):
+        return tuple((tuple(i.tolist()), tuple(t.tolist())) for i, t in
+                     (pair(list(a), list(b), 66, 67, n, **mistake) for a, b, n in ex.PAIR_CASES))
+
+    seen = {answers(): "right"}
+    for m in content:
+        got = answers(**m)
+        assert got not in seen, f"{m} gives the same answers as {seen[got]}"
+        seen[got] = m
+
+
+def test_make_pair_cannot_pass_a_wrong_answer():
+    """Any one id or segment id changed, in any of the three pairs, is caught (no silent pass)."""
+    for case in range(len(ex.PAIR_CASES)):
+        n = len(ex.reference_make_pair(*ex.PAIR_CASES[case][:2], 66, 67, ex.PAIR_CASES[case][2])[0])
+        for which in range(2):
+            for pos in range(n):
+                def wrong(a, b, cls, sep, max_len):
+                    ids, types = pair(a, b, cls, sep, max_len)
+                    if (a, b, max_len) == tuple(ex.PAIR_CASES[case]):
+                        out = (ids, types)[which].clone()
+                        out[pos] = 1 - out[pos] if which else out[pos] + 1
+                        return (out, types) if which == 0 else (ids, out)
+                    return ids, types
+
+                with pytest.raises(ExerciseFailed, match="make_pair"):
+                    ex.check_make_pair(wrong)
+
+
+def test_make_pair_unknown_content_is_shown():
+    def fn(a, b, cls, sep, max_len):
+        ids, types = pair(a, b, cls, sep, max_len)
+        ids[1] = 99
+        return ids, types
+
+    with pytest.raises(ExerciseFailed, match=r"On make_pair\(\[10, 11, 12, 13, 14\], \[30, 31, 32, 33\], cls_id=66, "
+                                              r"sep_id=67, max_len=16\): your input_ids are \[66, 99, "):
+        ex.check_make_pair(fn)
+
+
+def test_make_pair_types_length_and_error_in_reader_code():
+    with pytest.raises(ExerciseFailed, match=r"input_ids have 12 tokens but your token_type_ids 11"):
+        ex.check_make_pair(lambda *a: (pair(*a)[0], pair(*a)[1][:-1]))
+    with pytest.raises(ExerciseFailed, match=r"make_pair raised TypeError"):
+        ex.check_make_pair(lambda a, b, cls, sep, max_len: torch.tensor(a) + "x")
+
+
+@pytest.mark.parametrize("bad", [None, 3, "make_pair", (torch.tensor([66, 67]), torch.tensor([0, 0]))])
+def test_make_pair_check_needs_a_function(bad):
+    with pytest.raises(TypeError, match=r"check_make_pair needs your function make_pair itself, got a "):
+        ex.check_make_pair(bad)

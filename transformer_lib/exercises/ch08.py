@@ -5,6 +5,9 @@
   random numbers in: ``-> (corrupted input_ids, labels)``
 * :func:`check_masked_lm_loss`: ``masked_lm_loss(hidden, input_ids, labels, head)``, the loss at the
   masked positions only, running the output head on those positions alone
+* :func:`check_make_pair`: ``make_pair(a_ids, b_ids, cls_id, sep_id, max_len)``, one sentence pair as
+  BERT reads it, ``[CLS] A [SEP] B [SEP]`` with its segment ids, cut to the window as
+  ``tl.data.sentence_tasks.encode_pairs`` cuts it: ``-> (input_ids, token_type_ids)``
 
 The inputs are chosen so that every common mistake gives a different answer. For the masking: a
 batch with ``[CLS]`` / ``[SEP]`` / padding and a vocabulary of 40 whose special ids are the first
@@ -13,7 +16,9 @@ some special positions with a small ``u_choose`` (so choosing them shows), and e
 action (``[MASK]``, random, unchanged) present. For the loss: the chapter's vocabulary (65
 characters and ``[MASK]`` = 65), chosen positions that became ``[MASK]``, one that became a random
 token and one left unchanged (so a loss over the ``[MASK]`` inputs alone shows), and a head that
-records which positions it was run on.
+records which positions it was run on. For the pair: A and B of distinct ids (so that a swap, or a
+sentence cut at the wrong end, shows), three windows (one that fits, one that cuts both sentences with an
+odd room, one with a short A whose room B must not take).
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ..data.sentence_tasks import encode_pairs
 from ..losses import IGNORE_INDEX, masked_lm_loss
 from ._checking import NOT_IMPLEMENTED, ExerciseFailed, attempt, call, close, correct, expect_tensor, fail, pending, Verdict
 
@@ -392,3 +398,214 @@ def check_masked_lm_loss(masked_lm_loss_fn: Callable[[Tensor, Tensor, Tensor, nn
              f"large vocabulary, and here it computed {seen - n_masked} rows more than the {n_masked} it needs.")
     return correct(f"Your loss ({got.item():.4f}) matches tl.masked_lm_loss, and the head ran on the {n_masked} "
                    f"chosen positions only, not all {n_all}.")
+
+
+# ------------------------------------------------------------------------------ a sentence pair
+
+PAIR_CLS, PAIR_SEP = 66, 67  # the chapter's [CLS] and [SEP]: the ids after its 65 characters and [MASK]
+# (a_ids, b_ids, max_len): a pair that fits; one cut at both sides, with an odd room (B gets the odd place);
+# one whose A is short, so that B's half stays its own (it does not take the room A leaves)
+PAIR_CASES = (
+    (list(range(10, 15)), list(range(30, 34)), 16),
+    (list(range(10, 19)), list(range(30, 38)), 14),
+    (list(range(10, 12)), list(range(30, 42)), 14),
+)
+
+
+def pair_rooms(max_len: int) -> tuple[int, int]:
+    """``(room_a, room_b)``: the most ids of A and of B that a pair of ``max_len`` tokens keeps."""
+    room_a = (max_len - 3) // 2  # [CLS] and the two [SEP] take three places
+    return room_a, max_len - 3 - room_a
+
+
+def reference_make_pair(a_ids: Sequence[int], b_ids: Sequence[int], cls_id: int, sep_id: int,
+                        max_len: int) -> tuple[Tensor, Tensor]:
+    """The right answer: ``tl.data.sentence_tasks.encode_pairs`` on one pair, without its padding."""
+    enc = encode_pairs([(list(a_ids), list(b_ids))], lambda ids: ids, cls_id, sep_id, max_len)
+    n = int(enc["attention_mask"].sum())
+    return enc["input_ids"][0, :n], enc["token_type_ids"][0, :n]
+
+
+def _pair_call(a_ids: list[int], b_ids: list[int], max_len: int) -> str:
+    return f"make_pair({a_ids}, {b_ids}, cls_id={PAIR_CLS}, sep_id={PAIR_SEP}, max_len={max_len})"
+
+
+def _kept(x: list[int], source: list[int], name: str) -> str | None:
+    """Which part of ``source`` the ids ``x`` are: 'all 9 ids of A', 'the first 5 ids of A', ...; None if
+    they are not its start, its end or all of it."""
+    n = len(x)
+    if x == source:
+        return f"all {n} ids of {name}"
+    if n and x == source[:n]:
+        return f"the first {n} ids of {name}"
+    if n and x == source[-n:]:
+        return f"the last {n} ids of {name}"
+    if not n:
+        return f"no id of {name}"
+    return None
+
+
+def _pair_ids_mistake(ids: list[int], a: list[int], b: list[int], max_len: int) -> str:
+    """Name what is wrong with input_ids ``ids`` (not the right ones) for the pair ``a``, ``b``."""
+    cls, sep = PAIR_CLS, PAIR_SEP
+    room_a, room_b = pair_rooms(max_len)
+    right, _ = reference_make_pair(a, b, cls, sep, max_len)
+    right = right.tolist()
+    full = [cls, *a, sep, *b, sep]
+    rooms = (f"Each sentence gets its own half of the room, whatever the other one's length: "
+             f"room_a = (max_len - 3) // 2 = {room_a} and room_b = max_len - 3 - room_a = {room_b} here "
+             "(B gets the odd place).")
+    if len(ids) == max_len > len(right) and ids[:len(right)] == right:
+        return (f"Your input_ids are the right {len(right)} tokens followed by {max_len - len(right)} of "
+                "padding. "
+                f"make_pair returns one pair without padding, shape (n,) with n = {len(right)} here: "
+                "st.encode_pairs pads a batch to seq_len, and a model fed one pair needs no padding.")
+    # (with A inside its room, cutting the end is B taking A's room: the hint below names that)
+    if len(full) > max_len and len(a) > room_a and ids in (full[:max_len], full[:max_len - 1] + [sep]):
+        return (f"You cut the finished [CLS] A [SEP] B [SEP] to its first max_len = {max_len} tokens: that "
+                "keeps the start of A (far from the seam) and loses the end of B"
+                + (" and the last [SEP]" if ids[-1] != sep else "") + ". Cut A and B first (A keeps its end, "
+                f"B its start), then add [CLS] and the [SEP]s. {rooms}")
+    if len(full) > max_len and ids == full[-max_len:]:
+        return (f"You kept the last max_len = {max_len} tokens of the finished [CLS] A [SEP] B [SEP], which "
+                f"loses [CLS] and the start of A. Cut A and B first, then add [CLS] and the [SEP]s. {rooms}")
+    if not ids or ids[0] != cls:
+        if cls not in ids:
+            return (f"Your input_ids have no [CLS] ({cls}): every BERT input starts with it, and its vector "
+                    "is the one the NSP and classification heads read.")
+        where = "at the end" if ids[-1] == cls else f"at position {ids.index(cls)}"
+        return f"Your [CLS] ({cls}) is {where}: it is the first token, position 0, before A."
+    n_sep = ids.count(sep)
+    if n_sep < 2:
+        which = ("both [SEP] are" if n_sep == 0 else "the [SEP] after B is" if ids[-1] != sep
+                 else "the [SEP] between A and B is")
+        return (f"Your input_ids have {n_sep} [SEP] ({sep}) instead of two: {which} missing. The pair is "
+                "[CLS] A [SEP] B [SEP]: one [SEP] ends A, so the model sees where B starts, one ends B.")
+    if n_sep > 2 or ids[-1] != sep:
+        return (f"Your input_ids should be [CLS] A [SEP] B [SEP], exactly two [SEP] ({sep}), the second one "
+                f"last; yours have {n_sep}" + ("" if ids[-1] == sep else ", and the last token is not [SEP]")
+                + ".")
+    i = ids.index(sep)
+    x, y = ids[1:i], ids[i + 1:-1]  # what stands where A and B should
+    if x and y and set(x) <= set(b) and set(y) <= set(a):
+        return "You swapped A and B: the pair is [CLS] A [SEP] B [SEP], the first sentence first."
+    kept_a, kept_b = _kept(x, a, "A"), _kept(y, b, "B")
+    if kept_a is None or kept_b is None:
+        return (f"Between [CLS] and the first [SEP] should be the last {room_a} ids of A (at most), and "
+                f"between the two [SEP] the first {room_b} ids of B (at most); yours are {x} and {y}.")
+    a_right, b_right = a[-room_a:], b[:room_b]
+    hints = []
+    if x != a_right:
+        if len(x) > room_a:
+            hints.append(f"Where A goes you have {kept_a}, more than its room of {room_a}"
+                         + (": A was not cut." if x == a else "."))
+        elif x == a[:len(x)] and len(a) > len(x):
+            hints.append(f"Where A goes you have {kept_a}: A keeps its end, its last {room_a} ids, the "
+                         "characters next to the seam that next-sentence prediction judges.")
+        else:
+            hints.append(f"Where A goes you have {kept_a}, instead of its last {len(a_right)}.")
+    if y != b_right:
+        if len(y) > room_b:
+            hints.append(f"Where B goes you have {kept_b}, more than its room of {room_b}"
+                         + (": B was not cut." if y == b else ": B took the room that A left."))
+        elif y == b[-len(y):] and len(b) > len(y):
+            hints.append(f"Where B goes you have {kept_b}: B keeps its start, its first {room_b} ids, the "
+                         "characters next to the seam that next-sentence prediction judges.")
+        else:
+            hints.append(f"Where B goes you have {kept_b}, instead of its first {len(b_right)}.")
+    return " ".join(["The pair is cut to the window the wrong way.", *hints, rooms])
+
+
+def _pair_types_mistake(types: list[int], len_a: int, len_b: int) -> str:
+    """Name what is wrong with token_type_ids ``types`` (right input_ids) for A, B of these kept lengths."""
+    named = {
+        "Your first [SEP], the one that ends A, has segment 1: it belongs to sentence A, segment 0 "
+        "([CLS] A [SEP] all get 0).": [0] * (len_a + 1) + [1] * (len_b + 2),
+        "Your last [SEP], the one that ends B, has segment 0: it belongs to sentence B, segment 1 "
+        "(B [SEP] both get 1).": [0] * (len_a + 2) + [1] * len_b + [0],
+        "Your first [SEP] has segment 1 and your last [SEP] segment 0: each [SEP] belongs to the sentence it "
+        "ends (0 for [CLS] A [SEP], 1 for B [SEP]).": [0] * (len_a + 1) + [1] * (len_b + 1) + [0],
+        "Your token_type_ids are 0 everywhere: B and its [SEP] are segment 1, which is how BERT tells the "
+        "two sentences apart (its segment embedding).": [0] * (len_a + len_b + 3),
+        "Your segments are the wrong way round: [CLS] A [SEP] is segment 0 and B [SEP] segment 1.":
+            [1] * (len_a + 2) + [0] * (len_b + 1),
+        "Your [CLS] has segment 1: it is segment 0, with sentence A.":
+            [1] + [0] * (len_a + 1) + [1] * (len_b + 1),
+    }
+    for hint, wrong in named.items():
+        if types == wrong:
+            return hint
+    right = [0] * (len_a + 2) + [1] * (len_b + 1)
+    bad = [i for i, (t, r) in enumerate(zip(types, right)) if t != r]
+    return (f"Your token_type_ids differ from the right ones at positions {bad}: 0 for [CLS] A [SEP], "
+            "1 for B [SEP].")
+
+
+def check_make_pair(make_pair: Callable[[list[int], list[int], int, int, int], tuple[Tensor, Tensor]],
+                    ) -> Verdict:
+    """Check ``make_pair(a_ids, b_ids, cls_id, sep_id, max_len) -> (input_ids, token_type_ids)``.
+
+    ``a_ids`` and ``b_ids`` are lists of ids (what ``tok.encode`` returns). The answer is one pair as
+    ``tl.data.sentence_tasks.encode_pairs`` makes it, without the padding: ``[CLS] A [SEP] B [SEP]``,
+    ``input_ids`` and ``token_type_ids`` both ``(n,)`` ``torch.long``, segment 0 for ``[CLS] A [SEP]`` and 1
+    for ``B [SEP]``; A keeps its last ``room_a = (max_len - 3) // 2`` ids and B its first
+    ``room_b = max_len - 3 - room_a``, whatever the other's length.
+
+    Tried on three pairs (``PAIR_CASES``): one that fits, one cut at both sides, one with a short A.
+    Prints ``Correct!`` and returns a true ``Verdict`` when right; returns a false one while the function
+    raises NotImplementedError; otherwise raises :class:`ExerciseFailed` naming the mistake (the first
+    [SEP] in segment 1, the last in segment 0, other segment mistakes; [CLS] missing or not first; a [SEP]
+    missing; A and B swapped; A keeping its start or B its end, a sentence not cut, B taking the room A
+    leaves, the finished sequence cut instead of the sentences; padding; a list instead of a tensor, a
+    dtype other than int64, a shape other than ``(n,)``; an argument changed in place). Raises
+    ``TypeError`` when ``make_pair`` is not a function.
+    """
+    name = "make_pair"
+    if not callable(make_pair):
+        raise TypeError(f"check_make_pair needs your function make_pair itself, got a "
+                        f"{type(make_pair).__name__}: call ex.check_make_pair(make_pair), "
+                        "not ex.check_make_pair(make_pair(...)).")
+    for a, b, max_len in PAIR_CASES:
+        a_arg, b_arg = list(a), list(b)
+        got = call(name, make_pair, a_arg, b_arg, PAIR_CLS, PAIR_SEP, max_len)
+        if got is NOT_IMPLEMENTED:
+            return pending(name)
+        on = f"On {_pair_call(a, b, max_len)}: "
+        if not isinstance(got, (tuple, list)) or len(got) != 2:
+            fail(f"{name} should return a pair (input_ids, token_type_ids), but it returned "
+                 f"{type(got).__name__}"
+                 + (f" of length {len(got)}" if isinstance(got, (tuple, list)) else "") + ".")
+        right_ids, right_types = reference_make_pair(a, b, PAIR_CLS, PAIR_SEP, max_len)
+        for what, t in zip(("input_ids", "token_type_ids"), got):
+            if isinstance(t, (list, tuple)):
+                fail(f"{name} returned its {what} as a Python {type(t).__name__}: return a tensor, "
+                     f"torch.tensor({what}_list) (the model's inputs are tensors of dtype torch.long).")
+            if not isinstance(t, Tensor):
+                fail(f"{name}'s {what} should be a torch.Tensor, but it is {type(t).__name__}.")
+            if t.dtype != torch.long:
+                fail(f"{name}'s {what} have dtype {t.dtype}; ids and segment ids are torch.long (int64), as "
+                     "st.encode_pairs returns them: torch.tensor(list_of_ints) gives int64 by itself, or "
+                     "pass dtype=torch.long.")
+            if t.dim() != 1:
+                fail(f"{name}'s {what} have shape {tuple(t.shape)}: one pair is a 1-D tensor, shape (n,) = "
+                     f"{tuple(right_ids.shape)} here, without a batch dimension.")
+        ids, types = got
+        if len(ids) != len(types):
+            fail(f"{on}your input_ids have {len(ids)} tokens but your token_type_ids {len(types)}: one "
+                 "segment id per token.")
+        if not torch.equal(ids, right_ids):
+            fail(f"{name} is not right yet. {on}your input_ids are {ids.tolist()}, the right ones "
+                 f"{right_ids.tolist()}. {_pair_ids_mistake(ids.tolist(), a, b, max_len)}")
+        if not torch.equal(types, right_types):
+            len_b = int(right_types.sum()) - 1
+            fail(f"{name} is not right yet. {on}your input_ids are right; your token_type_ids are "
+                 f"{types.tolist()}, the right ones {right_types.tolist()}. "
+                 + _pair_types_mistake(types.tolist(), len(ids) - len_b - 3, len_b))
+        if (a_arg, b_arg) != (a, b):
+            fail(f"{name} gives the right pair but changed its a_ids or b_ids argument in place: build a new "
+                 "list (or tensor); the caller may still need the sentences.")
+    a, b, max_len = PAIR_CASES[1]
+    room_a, room_b = pair_rooms(max_len)
+    return correct(f"All {len(PAIR_CASES)} pairs agree with st.encode_pairs, including the one cut to "
+                   f"max_len = {max_len}: A keeps its last {room_a} ids and B its first {room_b}, the seam "
+                   "NSP judges.")
