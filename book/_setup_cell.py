@@ -7,7 +7,7 @@ if "google.colab" in sys.modules:
     import subprocess
 
     LIBRARY = ("transformer_lib[book] @ "
-               "git+https://github.com/transformers-from-scratch/transformers-from-scratch@v0.4.0")
+               "git+https://github.com/transformers-from-scratch/transformers-from-scratch@v0.4.1")
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", LIBRARY], check=True)
     import torch
 

@@ -65,7 +65,7 @@ from .export import export_for_browser, load_pretrained, save_pretrained
 from .losses import IGNORE_INDEX, causal_lm_loss, masked_lm_loss
 from .models import hub_reachable, BERT, GPT2, BERTConfig, BERTForPreTraining, BERTForSequenceClassification, bert_classifier_from_hf, bert_pretraining_from_hf, EncoderDecoder, EncoderDecoderConfig, GPT2Config, bert_from_hf, gpt2_from_hf
 
-__version__ = "0.4.0"
+__version__ = "0.4.1"
 
 __all__ = [
     "ALiBi", "BERT", "BERTConfig", "BERTForPreTraining", "BERTForSequenceClassification", "bert_classifier_from_hf", "bert_pretraining_from_hf", "BPETokenizer", "BatchSampler", "Callback", "CharTokenizer", "MLMCollator", "TrainConfig", "TrainState", "TrainStep", "DecoderBlock", "EncoderDecoder", "EncoderDecoderConfig", "FeedForward",
