@@ -333,18 +333,14 @@ def ch08(args, argv) -> None:
 
 # ---- chapter 8: fine-tuning the pre-trained BERT against the same model from scratch ------------------
 
-def ch08ft(args, argv) -> None:
-    from transformer_lib.data import sentence_tasks as st
-    from transformer_lib.models.bert import with_new_tokens
-
-    settings = dict(seq=16, batch=64, d_model=64, n_layers=2, n_heads=4, steps=1000, lr=5e-3, n_speakers=2,
-                    per_class=[16, 64, 256], ft_steps=100, ft_lr=1e-3, ft_batch=32, test_per_class=140)
-    s = settings
+def ch08_pretrained(s: dict):
+    """Chapter 8's first model, trained as the chapter trains it (the start of ch08ft and ch08nsp):
+    text, tokenizer, [MASK] id, vocabulary size with it, train and validation ids, the model, and the
+    MLM batches (split, seed) -> a batch function."""
     text = tl.load_tiny_shakespeare()
     tok = tl.CharTokenizer.from_text(text)
     mask_id = tok.vocab_size
     vocab = mask_id + 1
-    cls_id, sep_id = vocab, vocab + 1
     train_ids, val_ids = tl.train_val_split(torch.tensor(tok.encode(text)), val_fraction=0.1)
 
     def mlm_batches(split, seed):  # as chapter 8: random windows, then the collator
@@ -352,7 +348,6 @@ def ch08ft(args, argv) -> None:
         collator = tl.MLMCollator(vocab, mask_id, seed=seed)
         return lambda: collator(windows()[0])
 
-    # the chapter's first model, trained as the chapter trains it
     small = dict(vocab_size=vocab, n_ctx=s["seq"], d_model=s["d_model"], n_layers=s["n_layers"],
                  n_heads=s["n_heads"], mask_token_id=mask_id, use_sdpa=True)
     torch.manual_seed(0)
@@ -360,7 +355,18 @@ def ch08ft(args, argv) -> None:
     tl.train(pretrained, mlm_batches(train_ids, 0), mlm_batches(val_ids, 1),
              tl.TrainConfig(max_steps=s["steps"], lr=s["lr"], warmup_steps=s["steps"] // 10,
                             eval_interval=s["steps"] // 10, eval_steps=8, device="cpu", progress=False, seed=0))
-    pretrained.eval()
+    return text, tok, mask_id, vocab, train_ids, val_ids, pretrained.eval(), mlm_batches
+
+
+def ch08ft(args, argv) -> None:
+    from transformer_lib.data import sentence_tasks as st
+    from transformer_lib.models.bert import with_new_tokens
+
+    settings = dict(seq=16, batch=64, d_model=64, n_layers=2, n_heads=4, steps=1000, lr=5e-3, n_speakers=2,
+                    per_class=[16, 64, 256], ft_steps=100, ft_lr=1e-3, ft_batch=32, test_per_class=140)
+    s = settings
+    text, tok, mask_id, vocab, train_ids, val_ids, pretrained, mlm_batches = ch08_pretrained(s)
+    cls_id, sep_id = vocab, vocab + 1
 
     data = st.speaker_lines(text, s["n_speakers"])
     test = st.balanced(data["test"], s["test_per_class"], seed=0)
@@ -416,26 +422,8 @@ def ch08nsp(args, argv) -> None:
     settings = dict(seq=16, batch=64, d_model=64, n_layers=2, n_heads=4, steps=1000, lr=5e-3, nsp_steps=100,
                     nsp_lr=1e-3, nsp_batch=32, nsp_test=1000)
     s = settings
-    text = tl.load_tiny_shakespeare()
-    tok = tl.CharTokenizer.from_text(text)
-    mask_id = tok.vocab_size
-    vocab = mask_id + 1
+    text, tok, mask_id, vocab, train_ids, val_ids, pretrained, mlm_batches = ch08_pretrained(s)
     cls_id, sep_id = vocab, vocab + 1
-    train_ids, val_ids = tl.train_val_split(torch.tensor(tok.encode(text)), val_fraction=0.1)
-
-    def mlm_batches(split, seed):  # as chapter 8: random windows, then the collator
-        windows = tl.BatchSampler(split, s["batch"], s["seq"], seed=seed)
-        collator = tl.MLMCollator(vocab, mask_id, seed=seed)
-        return lambda: collator(windows()[0])
-
-    small = dict(vocab_size=vocab, n_ctx=s["seq"], d_model=s["d_model"], n_layers=s["n_layers"],
-                 n_heads=s["n_heads"], mask_token_id=mask_id, use_sdpa=True)
-    torch.manual_seed(0)
-    pretrained = tl.BERT(tl.BERTConfig(**small))
-    tl.train(pretrained, mlm_batches(train_ids, 0), mlm_batches(val_ids, 1),
-             tl.TrainConfig(max_steps=s["steps"], lr=s["lr"], warmup_steps=s["steps"] // 10,
-                            eval_interval=s["steps"] // 10, eval_steps=8, device="cpu", progress=False, seed=0))
-    pretrained.eval()
 
     cut = len(train_ids)
     train_pairs = st.nsp_pairs(text[:cut], 20_000, seed=0)
