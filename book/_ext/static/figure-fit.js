@@ -13,6 +13,8 @@
   var SUBTITLE_CHAR = 7.4;  // px: a character of a 13-px subplot title
   var GAP = 8;              // px between header rows
   var SIDE = { l: 50, r: 16 };  // the widest side margins a narrow figure keeps
+  // a menu's drawn group: a dropdown's header or a row of buttons
+  var MENU_GROUPS = ".updatemenu-container > .updatemenu-header-group, .updatemenu-container > .updatemenu-button-group";
 
   var copy = function (x) { return x === undefined ? undefined : JSON.parse(JSON.stringify(x)); };
   var BR = /<br\s*\/?>/i;
@@ -187,7 +189,7 @@
     var menus = (w.updatemenus || []).map(function (m) { return Object.assign({}, m); });
     var top = menus.filter(function (m) { return aboveThePlot(m, 1); });
     // a row of buttons wider than the figure becomes a dropdown
-    var groups = gd.querySelectorAll(".updatemenu-container > .updatemenu-header-group, .updatemenu-container > .updatemenu-button-group");
+    var groups = gd.querySelectorAll(MENU_GROUPS);
     top.forEach(function (m) {
       var i = menus.indexOf(m), tooWide = false;
       groups.forEach(function (g) {
@@ -216,15 +218,14 @@
     if (stacked) Object.assign(update, stacked.domains);
     if (title) update["title.text"] = title;
     if (annotations.length) update.annotations = annotations;
-    var first = Plotly.relayout(gd, update);
-    return first.then(function () {
+    return Plotly.relayout(gd, update).then(function () {
       return top.length ? Plotly.relayout(gd, { updatemenus: [] }) : null;
     }).then(function () {
       return top.length ? Plotly.relayout(gd, { updatemenus: keepActive(menus, gd._tfsMenusNow) }) : null;
     }).then(function () {
-      return stack(gd, w, titleLines, menus, top, legend, legendOnTop, annotations, margin);
+      return stack(gd, w, titleLines, menus, top, legend, legendOnTop, margin);
     }).then(function () {  // again, measured where the first pass put them
-      return stack(gd, w, titleLines, menus, top, legend, legendOnTop, annotations, margin);
+      return stack(gd, w, titleLines, menus, top, legend, legendOnTop, margin);
     }).then(function () { s.busy = false; s.title = titleText(gd.layout.title); },
             function () { s.busy = false; });
   }
@@ -241,13 +242,13 @@
   }
 
   // Stack the header's rows by their drawn heights: title, each menu, the legend, subplot titles.
-  function stack(gd, w, titleLines, menus, top, legend, legendOnTop, annotations, margin) {
+  function stack(gd, w, titleLines, menus, top, legend, legendOnTop, margin) {
     var row = GAP;
     if (titleLines) row += titleLines * 20 + GAP;
     var room = gd.getBoundingClientRect().width - 8, shrink = {};
     var menuRows = top.map(function (m) {
       var at = row, i = menus.indexOf(m), h = 0, wide = 0;
-      gd.querySelectorAll(".updatemenu-container > .updatemenu-header-group, .updatemenu-container > .updatemenu-button-group")
+      gd.querySelectorAll(MENU_GROUPS)
         .forEach(function (g) {
           var r = g.getBoundingClientRect();
           if (g.__data__ && g.__data__._index === i && r.width > 0) { h = Math.max(h, r.height); wide = Math.max(wide, r.width); }
